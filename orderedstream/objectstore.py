@@ -1,0 +1,161 @@
+"""Conditional writes on any fsspec filesystem: the fencing primitives of every commit.
+
+- ``create_exclusive``: create an object only if absent (S3 ``If-None-Match: *``; local
+  ``O_EXCL``). A create that s3fs retried after it had in fact succeeded comes back as
+  "already exists": the content is read back and compared, so the writer is told the truth.
+- ``read_versioned`` / ``replace_if_unchanged``: compare-and-swap (S3 ``If-Match: <etag>``;
+  locally a lock file plus a content hash as the version tag).
+
+Filesystems that can do neither refuse with a clear error rather than fence by hope.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import time
+from typing import Any
+
+from orderedstream.errors import CommitConflictError
+
+_RETRYABLE_CODES = {"ConditionalRequestConflict", "OperationAborted", "SlowDown",
+                    "ServiceUnavailable", "InternalError", "RequestTimeout"}
+
+
+def _protocols(fs: Any) -> set[str]:
+    proto = fs.protocol
+    return set(proto) if isinstance(proto, (tuple, list)) else {proto}
+
+
+def is_s3(fs: Any) -> bool:
+    return bool(_protocols(fs) & {"s3", "s3a"})
+
+
+def is_local(fs: Any) -> bool:
+    return bool(_protocols(fs) & {"file", "local"})
+
+
+def _s3_error_code(exc: BaseException) -> str | None:
+    """The S3 error code behind an s3fs exception (s3fs wraps botocore's ClientError)."""
+    for candidate in (exc, exc.__cause__, exc.__context__):
+        response = getattr(candidate, "response", None)
+        if isinstance(response, dict):
+            return str(response.get("Error", {}).get("Code"))
+    return None
+
+
+def _is_precondition_failed(exc: BaseException) -> bool:
+    return _s3_error_code(exc) in {"PreconditionFailed", "412"} or (
+        isinstance(exc, OSError) and "pre-conditions you specified did not hold" in str(exc))
+
+
+def create_exclusive(fs: Any, path: str, data: bytes, attempts: int = 5) -> bool:
+    """Create ``path`` with ``data`` only if it does not exist.
+
+    Returns True when this call's content is what the object holds now (created here, or an
+    earlier retry of this same call created it), False when another writer's content is there.
+    ``data`` should carry something unique to the writer (a token) so the two are told apart.
+    """
+    if is_local(fs):
+        local = fs._strip_protocol(path)
+        os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+        try:
+            fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return _same_content(fs, path, data)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return True
+    if not is_s3(fs):
+        raise CommitConflictError(
+            f"{type(fs).__name__} ({path}) offers no atomic create-if-absent; the commit "
+            "protocol needs S3 conditional writes or a local filesystem")
+    for attempt in range(attempts):
+        try:
+            fs.pipe_file(path, data, mode="create")
+            return True
+        except FileExistsError:
+            return _same_content(fs, path, data)
+        except OSError as exc:
+            if _is_precondition_failed(exc):
+                return _same_content(fs, path, data)
+            if _s3_error_code(exc) in _RETRYABLE_CODES and attempt + 1 < attempts:
+                time.sleep(0.1 * 2**attempt)
+                continue
+            raise
+    raise AssertionError("unreachable")
+
+
+def _same_content(fs: Any, path: str, data: bytes) -> bool:
+    fs.invalidate_cache(path)
+    return bool(fs.cat_file(path) == data)
+
+
+def read_versioned(fs: Any, path: str) -> tuple[bytes, str] | None:
+    """``(content, version_tag)`` of ``path``, or None when absent. The tag feeds CAS."""
+    fs.invalidate_cache(path)
+    if is_s3(fs):
+        try:
+            info = fs.info(path, refresh=True)
+            data = fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        # Re-read the tag after the content: a swap in between makes the CAS fail, never lie.
+        return data, str(info.get("ETag", "")).strip('"') + ":" + hashlib.sha256(data).hexdigest()
+    try:
+        data = fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def replace_if_unchanged(fs: Any, path: str, data: bytes, version_tag: str | None) -> bool:
+    """Write ``data`` to ``path`` only if it still has ``version_tag`` (None: only if absent).
+
+    Returns False when another writer changed it first.
+    """
+    if version_tag is None:
+        return create_exclusive(fs, path, data)
+    if is_s3(fs):
+        etag = version_tag.split(":", 1)[0]
+        for attempt in range(5):
+            try:
+                fs.pipe_file(path, data, IfMatch=f'"{etag}"')
+                return True
+            except OSError as exc:
+                if _is_precondition_failed(exc) or isinstance(exc, FileNotFoundError):
+                    return _same_content(fs, path, data)
+                if _s3_error_code(exc) in _RETRYABLE_CODES and attempt < 4:
+                    time.sleep(0.1 * 2**attempt)
+                    continue
+                raise
+        return False
+    if not is_local(fs):
+        raise CommitConflictError(f"{type(fs).__name__} ({path}) offers no compare-and-swap")
+    local = fs._strip_protocol(path)
+    with _file_lock(local + ".lock"):
+        current = read_versioned(fs, path)
+        if current is None or current[1] != version_tag:
+            return False
+        tmp = f"{local}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, local)
+        return True
+
+
+@contextlib.contextmanager
+def _file_lock(path: str) -> Any:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,79 @@
+"""Resolve JVM classpaths from Maven Central into a cache directory, once.
+
+Kafka's broker (for the local services) and Spark's Kafka connector (for benchmarks) are jars on
+Maven Central; ``mvn dependency:copy-dependencies`` fetches them with their transitive
+dependencies. A marker file makes the second call free.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from orderedstream.errors import ServiceError
+
+KAFKA_VERSION = "4.1.1"
+
+
+def cache_root() -> Path:
+    """Where resolved jars live: $ORDEREDSTREAM_CACHE, else ~/.cache/orderedstream."""
+    root = os.environ.get("ORDEREDSTREAM_CACHE") or Path.home() / ".cache" / "orderedstream"
+    return Path(root)
+
+
+def _resolve(pom_resource: str, placeholders: dict[str, str], name: str) -> Path:
+    target = cache_root() / name
+    marker = target / ".complete"
+    if marker.exists():
+        return target
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ServiceError(f"Maven ('mvn') is needed once to fetch {name} from Maven Central; "
+                           "install Maven (apt-get install maven) and retry.")
+    pom_text = resources.files("orderedstream.services").joinpath(
+        "resources", pom_resource).read_text()
+    for key, value in placeholders.items():
+        pom_text = pom_text.replace(f"@{key}@", value)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        pom = Path(tmp) / "pom.xml"
+        pom.write_text(pom_text)
+        staging = Path(tmp) / "lib"
+        proc = subprocess.run(
+            [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+             f"-DoutputDirectory={staging}"],
+            capture_output=True, text=True, check=False,
+        )
+        if proc.returncode != 0:
+            raise ServiceError(f"mvn could not resolve {name}:\n{proc.stdout[-3000:]}"
+                               f"{proc.stderr[-3000:]}")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    marker.write_text("ok\n")
+    return target
+
+
+def kafka_broker_classpath(version: str = KAFKA_VERSION) -> str:
+    """Classpath (dir/*) holding Apache Kafka's broker jars of ``version``."""
+    path = _resolve("kafka-broker-pom.xml", {"KAFKA_VERSION": version}, f"kafka-{version}")
+    return f"{path}/*"
+
+
+def spark_kafka_connector_jars(spark_version: str | None = None) -> list[str]:
+    """Jar paths of Spark's own Kafka connector matching the installed pyspark."""
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    path = _resolve("spark-kafka-pom.xml", {"SPARK_VERSION": spark_version},
+                    f"spark-sql-kafka-{spark_version}")
+    return sorted(str(p) for p in path.glob("*.jar"))
+
+
+if __name__ == "__main__":
+    print(kafka_broker_classpath())

@@ -1,0 +1,151 @@
+"""Spark for the demo and the tests: a local session, or a real standalone cluster.
+
+The standalone cluster is Spark's own Master and Workers started with pyspark's ``spark-class``:
+tasks then run in separate executor JVMs (one per worker), which is how executor loss and state
+moving between executors are exercised on one machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from orderedstream.services.process import ManagedProcess, free_ports, port_open, wait_until
+
+
+def spark_home() -> Path:
+    """pyspark's bundled Spark distribution (jars, bin/spark-class)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
+
+
+def python_env() -> dict[str, str]:
+    """Environment that makes Spark's Python workers use this interpreter (and its packages)."""
+    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def default_conf(tmp_dir: Path | None = None) -> dict[str, str]:
+    """Small-machine settings shared by every session the pack configures."""
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.driver.extraJavaOptions": "-Dio.netty.tryReflectionSetAccessible=true",
+    }
+    if tmp_dir is not None:
+        conf["spark.local.dir"] = str(tmp_dir)
+    from orderedstream import shim
+
+    jar = shim.bundled_jar()
+    if jar is not None:
+        conf["spark.jars"] = str(jar)
+    return conf
+
+
+def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]",
+                        conf: Mapping[str, str] | None = None, tmp_dir: Path | None = None,
+                        driver_memory: str = "2g") -> Any:
+    """A SparkSession whose Python workers use this interpreter; extra ``conf`` wins."""
+    os.environ.update(python_env())
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = {**default_conf(tmp_dir), "spark.driver.memory": driver_memory, **(conf or {})}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+class SparkStandaloneCluster:
+    """Spark standalone Master + N Workers (each ``cores`` cores) on loopback."""
+
+    def __init__(self, workdir: Path, workers: int = 2, cores: int = 1,
+                 memory: str = "2g") -> None:
+        self.workdir = Path(workdir)
+        self.n_workers = workers
+        self.cores = cores
+        self.memory = memory
+        self.port, self.web_port = free_ports(2)
+        self.master: ManagedProcess | None = None
+        self.workers: list[ManagedProcess] = []
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(python_env())
+        env.update({"SPARK_HOME": str(spark_home()), "SPARK_NO_DAEMONIZE": "1",
+                    "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(self.workdir / "work"),
+                    "SPARK_LOCAL_DIRS": str(self.workdir / "local")})
+        return env
+
+    def _spark_class(self, *args: str) -> list[str]:
+        return [str(spark_home() / "bin" / "spark-class"), *args]
+
+    def start(self, timeout: float = 90.0) -> SparkStandaloneCluster:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.master = ManagedProcess(
+            "spark-master",
+            self._spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                              "--port", str(self.port), "--webui-port", str(self.web_port)),
+            self.workdir / "master.log", env=self._env()).start()
+        wait_until(lambda: port_open(self.port), timeout, f"Spark master {self.url}",
+                   self.master.log_path, self.master)
+        for index in range(self.n_workers):
+            self.workers.append(self._start_worker(index))
+        wait_until(lambda: self.registered_workers() >= self.n_workers, timeout,
+                   f"{self.n_workers} Spark workers registered with {self.url}",
+                   self.master.log_path, self.master)
+        return self
+
+    def _start_worker(self, index: int) -> ManagedProcess:
+        (web_port,) = free_ports(1)
+        return ManagedProcess(
+            f"spark-worker-{index}",
+            self._spark_class("org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                              "--cores", str(self.cores), "--memory", self.memory,
+                              "--webui-port", str(web_port),
+                              "--work-dir", str(self.workdir / f"work-{index}"), self.url),
+            self.workdir / f"worker-{index}.log", env=self._env()).start()
+
+    def registered_workers(self) -> int:
+        """How many distinct workers the master's log says registered (live or not)."""
+        if self.master is None or not self.master.log_path.exists():
+            return 0
+        text = self.master.log_path.read_text(errors="replace")
+        return len(set(re.findall(r"Registering worker (\S+)", text)))
+
+    def kill_worker(self, index: int) -> None:
+        """SIGKILL a worker and the executor JVM it launched (same process group)."""
+        self.workers[index].kill()
+
+    def restart_worker(self, index: int) -> None:
+        self.workers[index] = self._start_worker(index)
+
+    def session(self, app_name: str = "orderedstream-cluster",
+                conf: Mapping[str, str] | None = None) -> Any:
+        """A SparkSession on this cluster: one executor per worker, ``cores`` cores each."""
+        settings = {"spark.executor.memory": "1g", "spark.executor.cores": str(self.cores),
+                    "spark.cores.max": str(self.cores * self.n_workers),
+                    "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                    **(conf or {})}
+        return local_spark_session(app_name, master=self.url, conf=settings,
+                                   tmp_dir=self.workdir / "driver-local", driver_memory="1g")
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop(timeout=10)
+        if self.master:
+            self.master.stop(timeout=10)

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Idempotent set-up shared by scripts/demo and scripts/test: a venv in .venv with the pinned
+# Python packages, Kafka's broker jars from Maven Central, and the JVM shim jar.
+# The second run only checks stamps and takes a second or two.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv="$root/.venv"
+py=${PYTHON:-python3.11}
+command -v "$py" >/dev/null 2>&1 || py=python3
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "bootstrap: '$1' is required ($2)" >&2; exit 1; }; }
+need "$py" "Python 3.11+"
+need java "Java 17+ runs the local Kafka broker and Spark"
+need mvn "Maven fetches Kafka's jars from Maven Central and builds the JVM shim"
+"$py" -c 'import sys; assert sys.version_info >= (3, 11), sys.version' \
+  || { echo "bootstrap: Python 3.11+ is required" >&2; exit 1; }
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "bootstrap: creating $venv"
+  "$py" -m venv "$venv"
+fi
+stamp="$venv/.orderedstream-installed"
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "bootstrap: installing Python packages (pinned by constraints.txt)"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench]"
+  echo "$want" > "$stamp"
+fi
+
+# Kafka's broker jars (cached in ~/.cache/orderedstream; a marker makes this free next time).
+"$venv/bin/python" -m orderedstream.services.jars >/dev/null
+
+# The JVM shim: rebuilt only when its sources changed.
+if [ -f jvm-shim/pom.xml ]; then
+  "$venv/bin/python" -m orderedstream.shim build --quiet
+fi

@@ -1,0 +1,133 @@
+"""Each fixture is the real thing: independent clients agree, S3 fences, Spark spreads tasks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+
+from orderedstream import objectstore
+
+
+def _consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, bytes]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen: list[tuple[bytes, bytes]] = []
+    try:
+        for _ in range(200):
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.append((msg.key(), msg.value()))
+            if len(seen) >= expected:
+                break
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_java_console_producer_to_librdkafka_consumer(kafka, topic) -> None:
+    name = topic(partitions=1)
+    lines = "".join(f"key-{i}\tvalue-{i}\n" for i in range(5))
+    kafka.java_tool("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server",
+                    kafka.bootstrap, "--topic", name, "--property", "parse.key=true",
+                    stdin=lines)
+    seen = _consume_all(kafka.bootstrap, name, 5)
+    assert seen == [(f"key-{i}".encode(), f"value-{i}".encode()) for i in range(5)]
+
+
+def test_librdkafka_producer_to_java_console_consumer(kafka, topic) -> None:
+    name = topic(partitions=1)
+    assert kafka.produce(name, [(b"k1", b"hello"), (b"k2", b"world")]) == 2
+    out = kafka.java_tool("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                          kafka.bootstrap, "--topic", name, "--from-beginning",
+                          "--max-messages", "2", "--timeout-ms", "30000",
+                          "--property", "print.key=true")
+    assert out.splitlines() == ["k1\thello", "k2\tworld"]
+
+
+def test_private_broker_survives_kill_and_restart(make_kafka) -> None:
+    broker = make_kafka()
+    broker.create_topic("durable", 2)
+    broker.produce("durable", [(f"k{i}".encode(), b"v") for i in range(50)])
+    before = broker.end_offsets("durable")
+    port = broker.port
+    broker.kill()
+    assert not broker.alive()
+    broker.restart()
+    assert broker.port == port
+    assert broker.end_offsets("durable") == before
+    assert sum(before.values()) == 50
+
+
+def test_s3_create_if_absent_is_refused_the_second_time(s3, s3_url) -> None:
+    fs = s3.filesystem()
+    path = f"{s3_url}/record.json"
+    fs.pipe_file(path, b"first", mode="create")
+    with pytest.raises(OSError) as refused:
+        fs.pipe_file(path, b"second", mode="create")
+    response = getattr(refused.value.__cause__, "response", {})
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    assert fs.cat_file(path) == b"first"
+
+
+def test_s3_compare_and_swap_lets_one_writer_win(s3, s3_url) -> None:
+    fs = s3.filesystem()
+    path = f"{s3_url}/epoch"
+    assert objectstore.create_exclusive(fs, path, b"epoch-1")
+    assert not objectstore.create_exclusive(fs, path, b"epoch-other")
+    data, tag = objectstore.read_versioned(fs, path)
+    assert data == b"epoch-1"
+    assert objectstore.replace_if_unchanged(fs, path, b"epoch-2", tag)
+    assert not objectstore.replace_if_unchanged(fs, path, b"epoch-stale", tag)
+    assert fs.cat_file(path) == b"epoch-2"
+
+
+def test_local_exclusive_create_and_cas(tmp_path: Path) -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("file")
+    path = str(tmp_path / "x" / "record")
+    assert objectstore.create_exclusive(fs, path, b"a")
+    assert not objectstore.create_exclusive(fs, path, b"b")
+    _, tag = objectstore.read_versioned(fs, path)
+    assert objectstore.replace_if_unchanged(fs, path, b"c", tag)
+    assert not objectstore.replace_if_unchanged(fs, path, b"d", tag)
+    assert Path(path).read_bytes() == b"c"
+
+
+def test_private_s3_restarts_with_its_data(make_s3) -> None:
+    server = make_s3(bucket="keep")
+    fs = server.filesystem()
+    fs.pipe_file(server.url("a/b.txt"), b"persisted")
+    server.stop()
+    server.restart()
+    assert server.filesystem().cat_file(server.url("a/b.txt")) == b"persisted"
+
+
+def test_local_spark_runs_python_workers_from_this_venv(spark) -> None:
+    import sys
+
+    def interpreter(_: object) -> list[str]:
+        import sys as worker_sys
+
+        return [worker_sys.executable]
+
+    found = set(spark.sparkContext.parallelize(range(4), 2).mapPartitions(interpreter).collect())
+    assert found == {sys.executable}
+
+
+@pytest.mark.cluster
+def test_cluster_runs_tasks_in_two_executor_processes(cluster_spark) -> None:
+    def where(_: object) -> list[str]:
+        import time
+
+        time.sleep(0.5)
+        # An executor's working directory is <worker work dir>/<app id>/<executor id>.
+        return [os.getcwd()]
+
+    dirs = set(cluster_spark.sparkContext.parallelize(range(16), 16).mapPartitions(where).collect())
+    executor_ids = {Path(d).name for d in dirs}
+    assert len(executor_ids) == 2, dirs
