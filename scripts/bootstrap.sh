@@ -30,7 +30,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 
 # Kafka's broker jars (cached in ~/.cache/orderedstream; a marker makes this free next time).
-"$venv/bin/python" -m orderedstream.services.jars >/dev/null
+"$venv/bin/python" -c "from orderedstream.services.jars import kafka_broker_classpath as k; k()"
 
 # The JVM shim: rebuilt only when its sources changed.
 if [ -f jvm-shim/pom.xml ]; then

@@ -73,7 +73,3 @@ def spark_kafka_connector_jars(spark_version: str | None = None) -> list[str]:
     path = _resolve("spark-kafka-pom.xml", {"SPARK_VERSION": spark_version},
                     f"spark-sql-kafka-{spark_version}")
     return sorted(str(p) for p in path.glob("*.jar"))
-
-
-if __name__ == "__main__":
-    print(kafka_broker_classpath())
