@@ -1,0 +1,154 @@
+"""Checks the job's output against the Kafka topics alone: lost, duplicated, out of order.
+
+The expected change log is recomputed by reading every topic-partition in offset order and
+applying a plain reference model of capture sessions (a dict per session), independent of the
+job's code path. The job's ``changes`` table carries, per row, the record's Kafka coordinates,
+the producer's ``seq`` and the job's own ``applied_seq`` (how many messages of that session the
+job had applied before it): a row whose two counters differ was applied out of order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from orderedstream.job.messages import BadMessage, parse
+
+
+@dataclass
+class Verification:
+    """The verdict; every count except ``checked`` must be zero."""
+
+    checked: int = 0
+    expected_changes: int = 0
+    expected_dead_letters: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    out_of_order: int = 0
+    dead_letters_missing: int = 0
+    dead_letters_duplicated: int = 0
+    wrong_final_tables: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.out_of_order or self.dead_letters_missing
+                    or self.dead_letters_duplicated or self.wrong_final_tables)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def read_topics(bootstrap: str, pattern: str, until: dict[tuple[str, int], int] | None = None):
+    """Yield (topic, partition, offset, key, value) for every record of topics matching
+    ``pattern``, partition by partition in offset order, up to ``until`` (default: now)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "orderedstream-verify",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        topics = sorted(t for t in consumer.list_topics(timeout=10).topics
+                        if re.fullmatch(pattern, t))
+        for topic in topics:
+            md = consumer.list_topics(topic, timeout=10).topics[topic]
+            for partition in sorted(md.partitions):
+                tp = TopicPartition(topic, partition)
+                low, high = consumer.get_watermark_offsets(tp, timeout=10)
+                end = until.get((topic, partition), high) if until else high
+                if end <= low:
+                    continue
+                consumer.assign([TopicPartition(topic, partition, low)])
+                done = False
+                while not done:
+                    batch = consumer.consume(2000, 5.0)
+                    if not batch and consumer.position([tp])[0].offset >= end:
+                        break
+                    for msg in batch:
+                        if msg.error():
+                            continue
+                        if msg.offset() >= end:
+                            done = True
+                            break
+                        yield topic, partition, msg.offset(), msg.key(), msg.value()
+                        if msg.offset() + 1 >= end:
+                            done = True
+    finally:
+        consumer.close()
+
+
+def expected_from_topics(records) -> tuple[dict[tuple[str, int, int], tuple[str, int]],
+                                           dict[tuple[str, int, int], str],
+                                           dict[str, dict[str, Any]]]:
+    """Reference model: (coords -> (session, seq)) of applied changes, dead letters
+    (coords -> reason), and each ended session's final table."""
+    changes: dict[tuple[str, int, int], tuple[str, int]] = {}
+    dead: dict[tuple[str, int, int], str] = {}
+    tables: dict[str, dict[str, Any]] = {}
+    final: dict[str, dict[str, Any]] = {}
+    for topic, partition, offset, key, value in records:
+        coords = (topic, partition, offset)
+        try:
+            msg = parse(key, value)
+        except BadMessage as exc:
+            dead[coords] = exc.reason
+            continue
+        if msg.type == "snapshot":
+            tables[msg.session] = dict(msg.rows or {})
+        elif msg.session not in tables:
+            dead[coords] = "no_snapshot"
+            continue
+        elif msg.type == "insert" or msg.type == "update":
+            tables[msg.session][msg.row] = msg.values
+        elif msg.type == "delete":
+            tables[msg.session].pop(msg.row, None)
+        elif msg.type == "end":
+            final[msg.session] = tables.pop(msg.session)
+        changes[coords] = (msg.session, msg.seq)
+    return changes, dead, final
+
+
+def compare(expected_changes: dict[tuple[str, int, int], tuple[str, int]],
+            expected_dead: dict[tuple[str, int, int], str],
+            expected_final: dict[str, dict[str, Any]],
+            changes_rows: list[dict[str, Any]], dead_rows: list[dict[str, Any]],
+            final_rows: list[dict[str, Any]] | None = None) -> Verification:
+    """Compare the job's output rows (as dicts) with the reference model."""
+    result = Verification(expected_changes=len(expected_changes),
+                          expected_dead_letters=len(expected_dead))
+    seen = Counter((r["topic"], r["partition"], r["offset"]) for r in changes_rows)
+    result.checked = sum(seen.values())
+    for coords in expected_changes:
+        if coords not in seen:
+            result.lost += 1
+            if len(result.examples) < 10:
+                result.examples.append(f"lost change at {coords}")
+    for coords, count in seen.items():
+        if count > 1:
+            result.duplicated += count - 1
+            if len(result.examples) < 10:
+                result.examples.append(f"{count} copies of change at {coords}")
+        if coords not in expected_changes:
+            result.duplicated += 1
+            if len(result.examples) < 10:
+                result.examples.append(f"unexpected change at {coords}")
+    for row in changes_rows:
+        if row["applied_seq"] != row["seq"]:
+            result.out_of_order += 1
+            if len(result.examples) < 10:
+                result.examples.append(f"session {row['session']} seq {row['seq']} applied as "
+                                       f"{row['applied_seq']}")
+    dead_seen = Counter((r["topic"], r["partition"], r["offset"]) for r in dead_rows)
+    result.dead_letters_missing = sum(1 for c in expected_dead if c not in dead_seen)
+    result.dead_letters_duplicated = sum(n - 1 for n in dead_seen.values() if n > 1)
+    if final_rows is not None:
+        actual: dict[str, dict[str, Any]] = {}
+        for row in final_rows:
+            actual.setdefault(row["session"], {})[row["row"]] = row["values"]
+        for session, table in expected_final.items():
+            if actual.get(session, {}) != table:
+                result.wrong_final_tables += 1
+                if len(result.examples) < 10:
+                    result.examples.append(f"final table of {session} differs")
+    return result
