@@ -43,8 +43,11 @@ def _resolve(pom_resource: str, placeholders: dict[str, str], name: str) -> Path
         pom = Path(tmp) / "pom.xml"
         pom.write_text(pom_text)
         staging = Path(tmp) / "lib"
+        settings = resources.files("orderedstream.services").joinpath(
+            "resources", "maven-settings.xml")
         proc = subprocess.run(
-            [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+            [mvn, "-q", "-B", "-gs", str(settings), "-f", str(pom),
+             "dependency:copy-dependencies",
              f"-DoutputDirectory={staging}"],
             capture_output=True, text=True, check=False,
         )
@@ -65,11 +68,30 @@ def kafka_broker_classpath(version: str = KAFKA_VERSION) -> str:
 
 
 def spark_kafka_connector_jars(spark_version: str | None = None) -> list[str]:
-    """Jar paths of Spark's own Kafka connector matching the installed pyspark."""
-    if spark_version is None:
-        import pyspark
+    """Jar paths of Spark's own Kafka connector for the installed pyspark.
 
-        spark_version = pyspark.__version__
-    path = _resolve("spark-kafka-pom.xml", {"SPARK_VERSION": spark_version},
-                    f"spark-sql-kafka-{spark_version}")
-    return sorted(str(p) for p in path.glob("*.jar"))
+    Maven Central can lag PyPI: when the exact version is not published yet, the newest
+    published release of the same major version is used (the connector's API to Spark is
+    stable across minor versions), and the version taken is logged.
+    """
+    import logging
+
+    import pyspark
+
+    wanted = spark_version or pyspark.__version__
+    major, minor, _patch = (int(x) for x in wanted.split(".")[:3])
+    candidates = [wanted] + [f"{major}.{m}.{p}" for m in range(minor, -1, -1)
+                             for p in (1, 0) if f"{major}.{m}.{p}" != wanted]
+    errors: list[str] = []
+    for version in candidates:
+        try:
+            path = _resolve("spark-kafka-pom.xml", {"SPARK_VERSION": version},
+                            f"spark-sql-kafka-{version}")
+        except ServiceError as exc:
+            errors.append(f"{version}: {str(exc).splitlines()[0]}")
+            continue
+        if version != wanted:
+            logging.getLogger(__name__).warning(
+                "spark-sql-kafka-0-10 %s is not on Maven Central; using %s", wanted, version)
+        return sorted(str(p) for p in path.glob("*.jar"))
+    raise ServiceError("no spark-sql-kafka-0-10 release could be resolved: " + "; ".join(errors))
