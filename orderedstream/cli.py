@@ -10,23 +10,47 @@ from pathlib import Path
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from orderedstream.job.demo import run_demo
+    from orderedstream.job.generator import GeneratorOptions
     from orderedstream.services.embedded import embedded_services
     from orderedstream.services.spark import local_spark_session
-    from orderedstream.smoke import run_smoke
 
     began = time.monotonic()
-    with embedded_services(args.bootstrap_servers, args.s3_endpoint, args.workdir) as endpoints:
+    with embedded_services(args.bootstrap_servers, args.s3_endpoint, args.workdir,
+                           bucket=args.bucket) as endpoints:
         for line in endpoints.started:
-            print(f"started {line}")
+            print(f"[demo] started {line}")
         spark = local_spark_session("orderedstream-demo", master=args.master,
                                     tmp_dir=endpoints.workdir / "spark")
         spark.sparkContext.setLogLevel("WARN")
+        print(f"[demo] Spark {spark.version} on {args.master}")
+        gen = GeneratorOptions(prefix=args.prefix, sites=args.sites, late_sites=1,
+                               partitions=args.partitions, sessions_per_site=args.sessions,
+                               rows=args.rows, updates=args.updates, seed=args.seed)
+
+        def create_topic(name: str, partitions: int) -> None:
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            admin = AdminClient({"bootstrap.servers": endpoints.bootstrap})
+            admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
         try:
-            summary = run_smoke(endpoints, spark, records=args.records)
+            result = run_demo(spark, endpoints.bootstrap, endpoints.storage_options,
+                              f"s3://{args.bucket}/{args.prefix}", endpoints.workdir, gen,
+                              create_topic, max_offsets_per_trigger=args.max_offsets_per_trigger)
         finally:
             spark.stop()
-    print(f"demo OK in {time.monotonic() - began:.0f}s: {summary}")
-    return 0
+    v = result.verification
+    print(f"[demo] output: {result.output} (Parquet, partitioned by kind/site/date; "
+          "read it with sinks.FencedTable, spark.read.parquet or DuckDB)")
+    print(f"[demo] {result.batches} batches; {v.checked} changes checked against the topics: "
+          f"lost {v.lost}, duplicated {v.duplicated}, out of order {v.out_of_order}; dead letters "
+          f"{v.expected_dead_letters - v.dead_letters_missing}/{v.expected_dead_letters}; wrong "
+          f"final tables {v.wrong_final_tables}")
+    for example in v.examples:
+        print(f"[demo]   {example}")
+    print(f"[demo] {'VERIFIED' if v.ok else 'FAILED'} in {time.monotonic() - began:.0f}s")
+    return 0 if v.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--s3-endpoint", help="external S3 endpoint; default: start SeaweedFS")
     demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     demo.add_argument("--workdir", type=Path, help="where local services keep data and logs")
-    demo.add_argument("--records", type=int, default=30000, help="records to generate")
+    demo.add_argument("--bucket", default="lake", help="S3 bucket for output and state")
+    demo.add_argument("--prefix", default="sessions", help="topic prefix (<prefix>-<site>)")
+    demo.add_argument("--sites", type=int, default=3, help="sites (topics) at the start")
+    demo.add_argument("--partitions", type=int, default=3, help="partitions per topic")
+    demo.add_argument("--sessions", type=int, default=30, help="sessions per site")
+    demo.add_argument("--rows", type=int, default=20, help="rows in each session's snapshot")
+    demo.add_argument("--updates", type=int, default=60, help="row changes per session")
+    demo.add_argument("--seed", type=int, default=7, help="generator seed")
+    demo.add_argument("--max-offsets-per-trigger", type=int, default=20000,
+                      help="records per micro-batch at most")
     demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -60,7 +60,10 @@ def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
-    settings = {**default_conf(tmp_dir), "spark.driver.memory": driver_memory, **(conf or {})}
+    base = default_conf(tmp_dir)
+    settings = {**base, "spark.driver.memory": driver_memory, **(conf or {})}
+    if conf and "spark.jars" in conf and base.get("spark.jars"):
+        settings["spark.jars"] = f"{base['spark.jars']},{conf['spark.jars']}"
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
