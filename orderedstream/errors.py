@@ -36,3 +36,31 @@ class CorruptStateError(OrderedStreamError):
 
 class SchemaMismatchError(OrderedStreamError, ValueError):
     """A batch's schema cannot be appended to the table's schema."""
+
+
+class StateLockedError(OrderedStreamError):
+    """A local RocksDB state copy is held by another process (one process per copy)."""
+
+
+class StateNotFoundError(OrderedStreamError):
+    """A state version that was asked for was never published at that location."""
+
+
+class StateTransactionError(OrderedStreamError):
+    """A state partition was used out of order (write after prepare, commit of a closed one)."""
+
+
+class KafkaUnavailableError(OrderedStreamError):
+    """The Kafka cluster did not answer within the source's bounded retry time."""
+
+
+class OrderViolationError(OrderedStreamError):
+    """Rows of a Kafka partition reached the ordered stage out of offset order, twice, or split."""
+
+
+class ShimBuildError(OrderedStreamError):
+    """The JVM shim (jvm-shim/) could not be built: Maven missing, or its build failed."""
+
+
+class PlacementError(OrderedStreamError, ValueError):
+    """A placement request names a partition the DataFrame lacks, or a state key is empty."""

@@ -1,0 +1,68 @@
+"""RocksDB per-key state off the JVM heap, versioned by batch id, snapshotted to fsspec storage.
+
+Usage::
+
+    from statestore import StateLocation, StateStore, EMPTY_VERSION
+
+    store = StateStore(StateLocation("s3://lake/state/q1", {"endpoint_url": ...}))
+    with store.open(partition=0, version=EMPTY_VERSION) as part:
+        part.put("user-1", {"clicks": 3})
+        metrics = part.commit(0)          # version 0 = batch 0
+    with store.open(0, version=0) as part:  # any machine: restores from the URL
+        assert part.get("user-1") == {"clicks": 3}
+
+Contract in ``statestore.base``; RocksDB backend in ``statestore.rocksdb``; snapshot upload,
+restore, manifests, retention, codecs and TTL in their own modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statestore.base import (
+    DEFAULT_SPACE,
+    EMPTY_VERSION,
+    Codec,
+    CommitCandidate,
+    CommitMetrics,
+    Key,
+    RestoreMetrics,
+    StatePartition,
+    StateStoreBase,
+    VersionIndex,
+)
+from statestore.codecs import BytesCodec, JsonCodec, PickleCodec, SchemaCodec, codec_from_spec
+from statestore.index import PointerVersionIndex
+from statestore.options import StateLocation, StateStoreOptions
+
+
+def __getattr__(name: str) -> Any:
+    # StateStore pulls in rocksdict; import it on first use so light imports stay light.
+    if name == "StateStore":
+        from statestore.store import StateStore
+
+        return StateStore
+    raise AttributeError(name)
+
+
+__all__ = [
+    "DEFAULT_SPACE",
+    "EMPTY_VERSION",
+    "BytesCodec",
+    "Codec",
+    "CommitCandidate",
+    "CommitMetrics",
+    "JsonCodec",
+    "Key",
+    "PickleCodec",
+    "PointerVersionIndex",
+    "RestoreMetrics",
+    "SchemaCodec",
+    "StateLocation",
+    "StatePartition",
+    "StateStore",
+    "StateStoreBase",
+    "StateStoreOptions",
+    "VersionIndex",
+    "codec_from_spec",
+]

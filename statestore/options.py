@@ -1,0 +1,140 @@
+"""Where state lives (``StateLocation``) and how a store behaves (``StateStoreOptions``).
+
+Both are frozen, picklable and validated once; Spark's string options go through
+``StateStoreOptions.from_strings``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import fsspec
+
+from orderedstream.errors import OptionError
+from statestore.base import Codec
+from statestore.codecs import PickleCodec, codec_by_name
+
+
+@dataclass(frozen=True)
+class StateLocation:
+    """The root URL of one store's state (``s3://bucket/state/q1``, ``file:///data/q1``, any
+    fsspec URL) plus the fsspec ``storage_options`` to reach it.
+
+    Remote layout under ``url``: ``p=<partition>/sst/`` (SST files, unique names, shared by
+    versions), ``p=<partition>/manifests/<version>-<attempt>.json`` (candidates) and
+    ``p=<partition>/versions/<version>.json`` (published pointers of the default index).
+    Manifest paths handed around are relative to ``url``, so a copied location still works.
+    """
+
+    url: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.strip():
+            raise OptionError("state location url must be a non-empty fsspec URL such as "
+                              "s3://bucket/state/query1 or file:///tmp/state")
+        object.__setattr__(self, "url", self.url.rstrip("/"))
+        object.__setattr__(self, "storage_options", dict(self.storage_options))
+
+    def filesystem(self) -> tuple[Any, str]:
+        """``(fsspec filesystem, root path in that filesystem)``."""
+        try:
+            fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        except (ImportError, ValueError) as exc:
+            raise OptionError(f"cannot open state location {self.url!r}: {exc}") from exc
+        return fs, root.rstrip("/")
+
+    def key(self) -> str:
+        """A short stable id of this location (names the local copy directory)."""
+        return hashlib.sha256(self.url.encode()).hexdigest()[:16]
+
+    @staticmethod
+    def partition_dir(partition: int) -> str:
+        return f"p={partition}"
+
+    @staticmethod
+    def join(*parts: str) -> str:
+        return posixpath.join(*parts)
+
+
+def default_local_dir() -> str:
+    """Under the Spark executor's local dir when running in one, else the temp dir."""
+    spark_dirs = os.environ.get("SPARK_LOCAL_DIRS") or os.environ.get("SPARK_EXECUTOR_DIRS")
+    base = spark_dirs.split(",")[0] if spark_dirs else tempfile.gettempdir()
+    return os.path.join(base, "orderedstream-state")
+
+
+@dataclass(frozen=True)
+class StateStoreOptions:
+    """How a store keeps, snapshots and bounds its state (all keyword, all validated).
+
+    Memory: RocksDB's block cache (data, index and filter blocks all charged to it) plus the
+    memtables (``write_buffer_bytes`` x ``max_write_buffers`` per space, capped overall by
+    ``memtable_budget_bytes``) bound a worker's state memory regardless of the key count.
+    """
+
+    codec: Codec = field(default_factory=PickleCodec)
+    space_codecs: Mapping[str, Codec] = field(default_factory=dict, hash=False)
+    local_dir: str | None = None
+    block_cache_bytes: int = 64 << 20
+    write_buffer_bytes: int = 16 << 20
+    max_write_buffers: int = 2
+    memtable_budget_bytes: int = 64 << 20
+    keep_last: int = 100
+    lock_timeout_s: float = 60.0
+    exact_key_count: bool = True
+    verify_local_cache: bool = False
+    upload_concurrency: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("block_cache_bytes", "write_buffer_bytes", "max_write_buffers",
+                     "memtable_budget_bytes", "keep_last", "upload_concurrency"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise OptionError(f"state store option {name}={value!r}: a positive integer "
+                                  "is required")
+        if self.lock_timeout_s < 0:
+            raise OptionError(f"state store option lock_timeout_s={self.lock_timeout_s!r}: "
+                              "must be >= 0 seconds")
+        for name, codec in {"codec": self.codec, **self.space_codecs}.items():
+            if not all(hasattr(codec, a) for a in ("encode", "decode", "spec")):
+                raise OptionError(f"state codec for {name!r} must have encode/decode/spec, "
+                                  f"got {type(codec).__name__}")
+        object.__setattr__(self, "space_codecs", dict(self.space_codecs))
+
+    def codec_for(self, space: str) -> Codec:
+        return self.space_codecs.get(space, self.codec)
+
+    def resolved_local_dir(self) -> str:
+        return self.local_dir or default_local_dir()
+
+    @classmethod
+    def from_strings(cls, options: Mapping[str, str]) -> StateStoreOptions:
+        """Parse string options (Spark's case-insensitive dict); ``codec`` takes a name."""
+        known = {f.name.lower(): f for f in fields(cls) if f.name != "space_codecs"}
+        kwargs: dict[str, Any] = {}
+        for raw_key, raw in options.items():
+            key = raw_key.lower()
+            if key not in known:
+                continue
+            f = known[key]
+            if f.name == "codec":
+                kwargs["codec"] = codec_by_name(raw)
+            elif f.name == "local_dir":
+                kwargs["local_dir"] = raw
+            elif f.type in ("bool", bool):
+                if raw.lower() not in ("true", "false"):
+                    raise OptionError(f"option {f.name}={raw!r}: accepted values are true/false")
+                kwargs[f.name] = raw.lower() == "true"
+            else:
+                try:
+                    kwargs[f.name] = float(raw) if f.type in ("float", float) else int(raw)
+                except ValueError as exc:
+                    raise OptionError(f"option {f.name}={raw!r}: a number is required") from exc
+        return cls(**kwargs)

@@ -1,0 +1,185 @@
+"""``spark.read.format("rocksstate")``: committed state versions as a DataFrame (batch read).
+
+Options (case-insensitive): ``location`` (required fsspec URL), ``version`` (default: each
+partition's latest), ``partition`` (default: all), ``space`` (default: all spaces),
+``storage_options`` (JSON object for fsspec, e.g. s3 endpoint and keys) and any
+``StateStoreOptions`` field (``local_dir``, ``block_cache_bytes``, ...).
+
+Columns: ``partition``, ``version``, ``space``, ``key`` (binary), ``key_str`` (UTF-8 key or
+null), ``value`` and ``expires_at_ms``. ``value`` is JSON text of the decoded value; when
+``space`` names a space stored with a ``SchemaCodec``, it is a struct of that schema instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from orderedstream.errors import OptionError, StateNotFoundError
+from statestore import ttl as ttl_mod
+from statestore.codecs import SchemaCodec, codec_from_spec
+from statestore.options import StateLocation, StateStoreOptions
+
+BATCH_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class RockStateReadOptions:
+    """Spark options of the ``rocksstate`` reader, parsed once (driver)."""
+
+    location: StateLocation
+    store_options: StateStoreOptions
+    version: int | None = None
+    partition: int | None = None
+    space: str | None = None
+    raw: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> RockStateReadOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        url = opts.get("location") or opts.get("path")
+        if not url:
+            raise OptionError("rocksstate needs option 'location' (the state store's fsspec "
+                              "URL, e.g. s3://bucket/state/query1)")
+        storage: dict[str, Any] = {}
+        if opts.get("storage_options"):
+            try:
+                storage = json.loads(opts["storage_options"])
+                assert isinstance(storage, dict)
+            except (ValueError, AssertionError) as exc:
+                raise OptionError("rocksstate option 'storage_options' must be a JSON object "
+                                  f"of fsspec arguments, got {opts['storage_options']!r}") from exc
+
+        def integer(name: str) -> int | None:
+            if opts.get(name) in (None, ""):
+                return None
+            try:
+                value = int(opts[name])
+            except ValueError as exc:
+                raise OptionError(f"rocksstate option {name}={opts[name]!r}: a non-negative "
+                                  "integer is required") from exc
+            if value < 0:
+                raise OptionError(f"rocksstate option {name}={value}: must be >= 0")
+            return value
+
+        return cls(location=StateLocation(url, storage),
+                   store_options=StateStoreOptions.from_strings(opts),
+                   version=integer("version"), partition=integer("partition"),
+                   space=opts.get("space") or None, raw=opts)
+
+    def store(self) -> Any:
+        from statestore.store import StateStore
+
+        return StateStore(self.location, self.store_options)
+
+
+BASE_FIELDS = [pa.field("partition", pa.int32()), pa.field("version", pa.int64()),
+               pa.field("space", pa.string()), pa.field("key", pa.binary()),
+               pa.field("key_str", pa.string())]
+TAIL_FIELDS = [pa.field("expires_at_ms", pa.int64())]
+
+
+class RockStateDataSource(DataSource):
+    """Batch reader of committed state. Constructed on the driver; pickled to executors."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocksstate"
+
+    def _parsed(self) -> RockStateReadOptions:
+        return RockStateReadOptions.parse(self.options)
+
+    def _arrow_schema(self) -> pa.Schema:
+        parsed = self._parsed()
+        value_type: pa.DataType = pa.string()
+        if parsed.space is not None:
+            store = parsed.store()
+            parts = [parsed.partition] if parsed.partition is not None else store.partitions()
+            for p in parts:
+                version = parsed.version if parsed.version is not None else \
+                    store.latest_version(p)
+                if version < 0:
+                    continue
+                spec = store.read_manifest(p, version).spaces.get(parsed.space)
+                if spec is not None:
+                    codec = codec_from_spec(spec)
+                    if isinstance(codec, SchemaCodec):
+                        value_type = pa.struct(list(codec.schema))
+                break
+        return pa.schema([*BASE_FIELDS, pa.field("value", value_type), *TAIL_FIELDS])
+
+    def schema(self) -> StructType:
+        """Driver. Reads one manifest when ``space`` is given (to type the value column)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(self._arrow_schema())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return RockStateReader(self._parsed(), self._arrow_schema())
+
+
+@dataclass(frozen=True)
+class _Split(InputPartition):
+    partition: int
+    version: int
+
+
+class RockStateReader(DataSourceReader):
+    """``partitions`` runs on the driver; ``read`` on executors (picklable: options only)."""
+
+    def __init__(self, options: RockStateReadOptions, arrow_schema: pa.Schema) -> None:
+        self.options = options
+        self.arrow_schema = arrow_schema
+
+    def partitions(self) -> list[InputPartition]:
+        store = self.options.store()
+        parts = ([self.options.partition] if self.options.partition is not None
+                 else store.partitions())
+        splits: list[InputPartition] = []
+        for p in parts:
+            version = self.options.version
+            if version is None:
+                version = store.latest_version(p)
+                if version < 0:
+                    raise StateNotFoundError(f"partition {p} has no committed state at "
+                                             f"{self.options.location.url}")
+            elif store.index.resolve(p, version) is None:
+                raise StateNotFoundError(
+                    f"state version {version} of partition {p} was never committed at "
+                    f"{self.options.location.url}; committed: {store.index.versions(p)[-10:]}")
+            splits.append(_Split(p, version))
+        return splits
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: restore the version into a private temp copy and stream its rows."""
+        assert isinstance(partition, _Split)
+        store = self.options.store()
+        value_type = self.arrow_schema.field("value").type
+        with store.open_read_only(partition.partition, partition.version) as part:
+            spaces = [self.options.space] if self.options.space else part.spaces()
+            for space in spaces:
+                rows: list[dict[str, Any]] = []
+                for key, raw in part.raw_items(space=space):
+                    payload, expires = ttl_mod.unframe(raw)
+                    value = part.decode(space, payload)
+                    try:
+                        key_str: str | None = key.decode()
+                    except UnicodeDecodeError:
+                        key_str = None
+                    rows.append({"partition": partition.partition,
+                                 "version": partition.version, "space": space, "key": key,
+                                 "key_str": key_str,
+                                 "value": value if pa.types.is_struct(value_type)
+                                 else json.dumps(value, default=str),
+                                 "expires_at_ms": expires})
+                    if len(rows) >= BATCH_ROWS:
+                        yield pa.RecordBatch.from_pylist(rows, schema=self.arrow_schema)
+                        rows = []
+                if rows:
+                    yield pa.RecordBatch.from_pylist(rows, schema=self.arrow_schema)

@@ -1,0 +1,102 @@
+"""Restore a version locally: download only the files the local cache lacks, verify them by
+checksum, and assemble a RocksDB directory from hard links (SSTs) and copies (the rest).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from orderedstream.errors import CorruptStateError
+from statestore.manifest import FileEntry, Manifest
+from statestore.snapshot import sha256_file, transfer
+
+
+@dataclass
+class FetchResult:
+    files_downloaded: int
+    files_reused: int
+    bytes_downloaded: int
+
+
+def cache_name(entry: FileEntry) -> str:
+    assert entry.remote is not None
+    return entry.remote.rsplit("/", 1)[-1]
+
+
+def fetch(fs: Any, root: str, manifest: Manifest, cache_dir: str, *, location_url: str,
+          verify_local: bool = False, batch_size: int = 8) -> FetchResult:
+    """Make every remote file of ``manifest`` present and verified in ``cache_dir``."""
+    os.makedirs(cache_dir, exist_ok=True)
+    missing: list[FileEntry] = []
+    reused = 0
+    for entry in manifest.files:
+        if entry.remote is None:
+            continue
+        local = os.path.join(cache_dir, cache_name(entry))
+        if os.path.exists(local) and os.path.getsize(local) == entry.size and (
+                not verify_local or sha256_file(local) == entry.sha256):
+            reused += 1
+        else:
+            missing.append(entry)
+    if missing:
+        tag = uuid.uuid4().hex[:8]
+        parts = [os.path.join(cache_dir, f"{cache_name(e)}.part-{tag}") for e in missing]
+        try:
+            transfer(fs, "get", [f"{root}/{e.remote}" for e in missing], parts, batch_size)
+        except FileNotFoundError as exc:
+            _drop(parts)
+            absent = [f"{root}/{e.remote}" for e in missing if not fs.exists(f"{root}/{e.remote}")]
+            raise CorruptStateError(
+                f"state version {manifest.version} of partition {manifest.partition} at "
+                f"{location_url} cannot be restored: file(s) {absent or [str(exc)]} are missing. "
+                "Open an earlier committed version or rebuild the state.") from exc
+        for entry, part in zip(missing, parts, strict=True):
+            _verify(part, entry, manifest, location_url, root, parts)
+            os.replace(part, os.path.join(cache_dir, cache_name(entry)))
+    return FetchResult(files_downloaded=len(missing), files_reused=reused,
+                       bytes_downloaded=sum(e.size for e in missing))
+
+
+def _verify(path: str, entry: FileEntry, manifest: Manifest, location_url: str, root: str,
+            cleanup: list[str]) -> None:
+    size = os.path.getsize(path) if os.path.exists(path) else -1
+    digest = sha256_file(path) if size >= 0 else ""
+    if size != entry.size or digest != entry.sha256:
+        _drop(cleanup)
+        raise CorruptStateError(
+            f"state file {root}/{entry.remote} (version {manifest.version} of partition "
+            f"{manifest.partition} at {location_url}) is corrupt: expected {entry.size} bytes "
+            f"sha256 {entry.sha256[:16]}..., got {size} bytes sha256 {digest[:16]}... Refusing "
+            "to load it; open an earlier committed version or rebuild the state.")
+
+
+def _drop(paths: Iterable[str]) -> None:
+    for path in paths:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+def assemble(manifest: Manifest, cache_dir: str, db_dir: str, *, location_url: str) -> None:
+    """Build a RocksDB directory for ``manifest`` (SSTs hard-linked from the cache)."""
+    os.makedirs(db_dir)
+    for entry in manifest.files:
+        target = os.path.join(db_dir, entry.name)
+        if entry.inline is not None:
+            data = entry.content()
+            if len(data) != entry.size:
+                raise CorruptStateError(
+                    f"inline file {entry.name} of state version {manifest.version} partition "
+                    f"{manifest.partition} at {location_url} has the wrong size")
+            with open(target, "wb") as handle:
+                handle.write(data)
+        elif entry.name.endswith(".sst"):
+            os.link(os.path.join(cache_dir, cache_name(entry)), target)
+        else:  # RocksDB may append to non-SST files: copy, never link
+            shutil.copyfile(os.path.join(cache_dir, cache_name(entry)), target)

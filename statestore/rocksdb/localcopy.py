@@ -1,0 +1,129 @@
+"""The local copy of one (location, partition): a locked directory holding the live RocksDB,
+a cache of downloaded/uploaded SST files, and ``state.json`` saying which version it holds.
+
+``<local_dir>/<location key>/p=<P>/``: ``LOCK`` (fcntl, one process at a time), ``state.json``
+(version, manifest, dirty flag, db dir name, SST entries of the lineage), ``cache/``, ``db-*``.
+``dirty`` is set before the first write after a commit; a dirty copy is never reused.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from orderedstream.errors import StateLockedError
+from statestore.base import EMPTY_VERSION
+from statestore.manifest import FileEntry
+
+
+@dataclass
+class CopyState:
+    version: int = EMPTY_VERSION
+    manifest: str | None = None
+    dirty: bool = True
+    db: str | None = None
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    """local SST name -> its remote entry, for the lineage of the current DB."""
+
+    def to_json(self) -> str:
+        return json.dumps({"version": self.version, "manifest": self.manifest,
+                           "dirty": self.dirty, "db": self.db,
+                           "files": {k: v.__dict__ for k, v in self.files.items()}})
+
+    @classmethod
+    def from_json(cls, text: str) -> CopyState:
+        data = json.loads(text)
+        return cls(version=data["version"], manifest=data["manifest"], dirty=data["dirty"],
+                   db=data["db"], files={k: FileEntry(**v) for k, v in data["files"].items()})
+
+
+class LocalCopy:
+    """A locked local directory for one partition; ``release`` unlocks it."""
+
+    def __init__(self, directory: str, *, timeout_s: float, location_url: str,
+                 partition: int) -> None:
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        self.cache_dir = os.path.join(directory, "cache")
+        os.makedirs(self.cache_dir, exist_ok=True)
+        self._handle: Any = None
+        self._lock(timeout_s, location_url, partition)
+        self.state = self._read_state()
+
+    def _lock(self, timeout_s: float, location_url: str, partition: int) -> None:
+        path = os.path.join(self.dir, "LOCK")
+        handle = open(path, "a+")  # noqa: SIM115 - held until release()
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    handle.close()
+                    raise
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "unknown"
+                    handle.close()
+                    raise StateLockedError(
+                        f"local state copy {self.dir} of partition {partition} "
+                        f"({location_url}) is locked by another process ({holder}); a "
+                        "local RocksDB copy can be opened by one process at a time. Close the "
+                        "other partition, or use a different local_dir / open_read_only.") from exc
+                time.sleep(delay)  # waiting on another process's lock, not syncing a test
+                delay = min(delay * 2, 0.5)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        handle.flush()
+        self._handle = handle
+
+    def _read_state(self) -> CopyState:
+        path = os.path.join(self.dir, "state.json")
+        try:
+            with open(path) as handle:
+                state = CopyState.from_json(handle.read())
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return CopyState()
+        if state.db is None or not os.path.isdir(os.path.join(self.dir, state.db)):
+            state.dirty = True
+        return state
+
+    def save(self) -> None:
+        path = os.path.join(self.dir, "state.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as handle:
+            handle.write(self.state.to_json())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+
+    def db_path(self) -> str:
+        assert self.state.db is not None
+        return os.path.join(self.dir, self.state.db)
+
+    def remove_stale(self, keep_cache: set[str]) -> None:
+        """Delete DB/checkpoint dirs other than the current one, and cache files not kept."""
+        for name in os.listdir(self.dir):
+            if (name.startswith(("db-", "ckpt-")) and name != self.state.db):
+                shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+        for name in os.listdir(self.cache_dir):
+            if name not in keep_cache:
+                try:
+                    os.remove(os.path.join(self.cache_dir, name))
+                except FileNotFoundError:
+                    pass
+
+    def release(self) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None

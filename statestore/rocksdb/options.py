@@ -1,0 +1,49 @@
+"""rocksdict ``Options`` built from ``StateStoreOptions``: raw bytes, bounded memory, no WAL.
+
+One block cache per process and store options (data, index and filter blocks charged to it)
+and one write buffer manager charging memtables to that cache bound a worker's RocksDB memory.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import rocksdict
+
+from statestore.options import StateStoreOptions
+
+
+@functools.lru_cache(maxsize=8)
+def _shared(block_cache_bytes: int, memtable_budget_bytes: int) -> tuple[Any, Any]:
+    cache = rocksdict.Cache(block_cache_bytes)
+    manager = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
+        memtable_budget_bytes, False, cache)
+    return cache, manager
+
+
+def make_options(opts: StateStoreOptions) -> rocksdict.Options:
+    """Options for the DB and every column family (they must agree on raw mode)."""
+    cache, manager = _shared(opts.block_cache_bytes, opts.memtable_budget_bytes)
+    o = rocksdict.Options(raw_mode=True)
+    o.create_if_missing(True)
+    o.create_missing_column_families(True)
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    table.set_bloom_filter(10, False)
+    o.set_block_based_table_factory(table)
+    o.set_write_buffer_size(opts.write_buffer_bytes)
+    o.set_max_write_buffer_number(opts.max_write_buffers)
+    o.set_write_buffer_manager(manager)
+    o.set_max_open_files(512)
+    o.set_compression_type(rocksdict.DBCompressionType.lz4())
+    return o
+
+
+def write_options() -> rocksdict.WriteOptions:
+    """No WAL: durability comes from committed snapshots, a dirty local copy is restored."""
+    w = rocksdict.WriteOptions()
+    w.disable_wal = True
+    return w

@@ -1,0 +1,480 @@
+"""``RocksDBStatePartition``: one partition's state in a local RocksDB (rocksdict, raw bytes).
+
+Spaces are column families (``default`` is RocksDB's default family); two internal families
+hold key counts (``__meta__``) and the TTL expiry index (``__ttl__``). Writes go straight to
+the DB with the WAL off; ``prepare_commit`` checkpoints it (hard links), uploads only new SSTs
+(``statestore.snapshot``) and writes an attempt-unique candidate manifest.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import re
+import shutil
+import struct
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import rocksdict
+
+from orderedstream.errors import OptionError, StateTransactionError
+from orderedstream.objectstore import create_exclusive
+from statestore import ttl as ttl_mod
+from statestore.base import (
+    DEFAULT_SPACE,
+    EMPTY_VERSION,
+    Codec,
+    CommitCandidate,
+    CommitMetrics,
+    Key,
+    StatePartition,
+)
+from statestore.manifest import Manifest, writer_identity
+from statestore.options import StateLocation, StateStoreOptions
+from statestore.restore import cache_name
+from statestore.rocksdb.localcopy import CopyState, LocalCopy
+from statestore.rocksdb.options import make_options, write_options
+from statestore.snapshot import upload_checkpoint
+
+_log = logging.getLogger("statestore")
+
+META_CF = "__meta__"
+TTL_CF = "__ttl__"
+_SPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+_I64 = struct.Struct(">q")
+_CHUNK = 10_000
+
+
+class Status(enum.Enum):
+    OPEN = "open"
+    PREPARED = "prepared"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+def encode_key(key: Key) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, (bytearray, memoryview)):
+        return bytes(key)
+    raise TypeError(f"state keys are bytes or str, got {type(key).__name__}")
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no bound)."""
+    data = bytearray(prefix)
+    while data and data[-1] == 0xFF:
+        data.pop()
+    if not data:
+        return None
+    data[-1] += 1
+    return bytes(data)
+
+
+def open_rdict(path: str, options: StateStoreOptions, *, read_only: bool) -> rocksdict.Rdict:
+    """Open (or create) the DB at ``path`` with all its column families."""
+    o = make_options(options)
+    families = ["default"]
+    if os.path.exists(os.path.join(path, "CURRENT")):
+        families = rocksdict.Rdict.list_cf(path, o)
+    cfs = {name: make_options(options) for name in families if name != "default"}
+    if read_only:
+        return rocksdict.Rdict(path, o, column_families=cfs,
+                               access_type=rocksdict.AccessType.read_only())
+    db = rocksdict.Rdict(path, o, column_families=cfs)
+    db.set_write_options(write_options())
+    return db
+
+
+class RocksDBStatePartition(StatePartition):
+    """See ``statestore.base.StatePartition``. Built by ``statestore.store.StateStore``."""
+
+    def __init__(self, *, location: StateLocation, fs: Any, root: str, partition: int,
+                 version: int, options: StateStoreOptions, db_path: str,
+                 copy: LocalCopy | None, publish: Callable[[CommitCandidate], None] | None,
+                 codecs: Mapping[str, Codec] | None = None, temp_dir: str | None = None) -> None:
+        self.partition = partition
+        self.base_version = version
+        self._location = location
+        self._fs = fs
+        self._root = root
+        self._options = options
+        self._copy = copy
+        self._publish = publish
+        self._codecs = dict(codecs or {})
+        self._temp_dir = temp_dir
+        self._read_only = copy is None
+        self._db = open_rdict(db_path, options, read_only=self._read_only)
+        self._cfs: dict[str, rocksdict.Rdict] = {"default": self._db}
+        self._handles: dict[str, Any] = {}
+        for name in rocksdict.Rdict.list_cf(db_path, make_options(options)):
+            if name != "default":
+                self._cfs[name] = self._db.get_column_family(name)
+        self._counts: dict[str, int] = self._load_counts()
+        self._status = Status.OPEN
+        self._puts = self._deletes = self._bytes_written = 0
+        self._ttl_entries = 0
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _load_counts(self) -> dict[str, int]:
+        meta = self._cfs.get(META_CF)
+        if meta is None:
+            return {}
+        counts = {}
+        for key, value in meta.items(from_key=b"count/"):
+            if not key.startswith(b"count/"):
+                break
+            counts[key[6:].decode()] = _I64.unpack(value)[0]
+        return counts
+
+    def _codec(self, space: str) -> Codec:
+        codec = self._codecs.get(space)
+        return codec if codec is not None else self._options.codec_for(space)
+
+    def _cf(self, space: str, *, create: bool = False) -> rocksdict.Rdict | None:
+        cf = self._cfs.get(space)
+        if cf is None:
+            if space.startswith("__") and space not in (META_CF, TTL_CF) or (
+                    not space.startswith("__") and not _SPACE_RE.match(space)):
+                raise OptionError(f"state space name {space!r} is invalid: use 1-100 of "
+                                  "A-Z a-z 0-9 _ . - starting with a letter or digit")
+            if not create:
+                return None
+            self._writable()
+            cf = self._db.create_column_family(space, make_options(self._options))
+            self._cfs[space] = cf
+        return cf
+
+    def _handle(self, space: str) -> Any:
+        handle = self._handles.get(space)
+        if handle is None:
+            handle = self._handles[space] = self._db.get_column_family_handle(space)
+        return handle
+
+    def _writable(self) -> None:
+        if self._read_only:
+            raise StateTransactionError(
+                f"state partition {self.partition} of {self._location.url} was opened "
+                f"read-only at version {self.base_version}; open it with StateStore.open to "
+                "write")
+        if self._status is not Status.OPEN:
+            raise StateTransactionError(
+                f"state partition {self.partition} of {self._location.url} is "
+                f"{self._status.value}; writes are accepted only before prepare_commit (reopen "
+                "the partition at the committed version to continue)")
+        copy = self._copy
+        if copy is not None and not copy.state.dirty:
+            copy.state.dirty = True
+            copy.save()
+
+    def _readable(self) -> None:
+        if self._status is Status.CLOSED:
+            raise StateTransactionError(
+                f"state partition {self.partition} of {self._location.url} is closed")
+
+    def _bump(self, space: str, delta: int) -> None:
+        self._counts[space] = self._counts.get(space, 0) + delta
+
+    # ---- reads ---------------------------------------------------------------------------
+    def get(self, key: Key, default: Any = None, *, space: str = DEFAULT_SPACE) -> Any:
+        self._readable()
+        cf = self._cf(space)
+        raw = None if cf is None else cf.get(encode_key(key))
+        if raw is None:
+            return default
+        return self._codec(space).decode(ttl_mod.unframe(raw)[0])
+
+    def contains(self, key: Key, *, space: str = DEFAULT_SPACE) -> bool:
+        self._readable()
+        cf = self._cf(space)
+        return cf is not None and cf.get(encode_key(key)) is not None
+
+    def multi_get(self, keys: Sequence[Key], default: Any = None, *,
+                  space: str = DEFAULT_SPACE) -> list[Any]:
+        self._readable()
+        cf = self._cf(space)
+        if cf is None:
+            return [default] * len(keys)
+        codec = self._codec(space)
+        raws = cf[[encode_key(k) for k in keys]]
+        return [default if r is None else codec.decode(ttl_mod.unframe(r)[0]) for r in raws]
+
+    def range(self, start: Key | None = None, end: Key | None = None, *,
+              space: str = DEFAULT_SPACE, reverse: bool = False) -> Iterator[tuple[bytes, Any]]:
+        self._readable()
+        cf = self._cf(space)
+        if cf is None:
+            return
+        lo = None if start is None else encode_key(start)
+        hi = None if end is None else encode_key(end)
+        codec = self._codec(space)
+        if not reverse:
+            for key, raw in cf.items(from_key=lo):
+                if hi is not None and key >= hi:
+                    break
+                yield key, codec.decode(ttl_mod.unframe(raw)[0])
+        else:
+            for key, raw in cf.items(backwards=True, from_key=hi):
+                if hi is not None and key >= hi:
+                    continue
+                if lo is not None and key < lo:
+                    break
+                yield key, codec.decode(ttl_mod.unframe(raw)[0])
+
+    def prefix(self, prefix: Key, *, space: str = DEFAULT_SPACE) -> Iterator[tuple[bytes, Any]]:
+        low = encode_key(prefix)
+        return self.range(low, prefix_end(low), space=space)
+
+    def raw_items(self, *, space: str = DEFAULT_SPACE) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, stored bytes)`` in key order: TTL frame included (see ``statestore.ttl``)."""
+        self._readable()
+        cf = self._cf(space)
+        if cf is not None:
+            yield from cf.items()
+
+    def decode(self, space: str, payload: bytes) -> Any:
+        """Decode a value payload of ``space`` with that space's codec."""
+        return self._codec(space).decode(payload)
+
+    def spaces(self) -> list[str]:
+        return ["default"] + sorted(n for n in self._cfs if n != "default"
+                                    and not n.startswith("__"))
+
+    def num_keys(self, *, space: str | None = None) -> int:
+        self._readable()
+        names = self.spaces() if space is None else [space]
+        if self._options.exact_key_count:
+            return sum(self._counts.get(n, 0) for n in names)
+        return sum(self._cfs[n].property_int_value("rocksdb.estimate-num-keys") or 0
+                   for n in names if n in self._cfs)
+
+    # ---- writes --------------------------------------------------------------------------
+    def _frame(self, space: str, value: Any, ttl_ms: int | None,
+               now_ms: int | None) -> tuple[bytes, int | None]:
+        if ttl_ms is not None and ttl_ms < 0:
+            raise OptionError(f"ttl_ms={ttl_ms}: must be >= 0 milliseconds (or None)")
+        expires = None
+        if ttl_ms is not None:
+            expires = (ttl_mod.now_ms() if now_ms is None else now_ms) + ttl_ms
+        return ttl_mod.frame(self._codec(space).encode(value), expires), expires
+
+    def put(self, key: Key, value: Any, *, space: str = DEFAULT_SPACE,
+            ttl_ms: int | None = None, now_ms: int | None = None) -> None:
+        self._writable()
+        cf = self._cf(space, create=True)
+        assert cf is not None
+        k = encode_key(key)
+        if ttl_ms is None:
+            stored, expires = ttl_mod.NO_TTL + self._codec(space).encode(value), None
+        else:
+            stored, expires = self._frame(space, value, ttl_ms, now_ms)
+        if self._options.exact_key_count and cf.get(k) is None:
+            self._bump(space, 1)
+        cf.put(k, stored)
+        if expires is not None:
+            ttl_cf = self._cf(TTL_CF, create=True)
+            assert ttl_cf is not None
+            ttl_cf.put(ttl_mod.index_key(expires, space, k), b"")
+        self._puts += 1
+        self._bytes_written += len(k) + len(stored)
+
+    def put_many(self, items: Iterable[tuple[Key, Any]], *, space: str = DEFAULT_SPACE,
+                 ttl_ms: int | None = None, now_ms: int | None = None) -> None:
+        self._writable()
+        cf = self._cf(space, create=True)
+        assert cf is not None
+        if ttl_ms is not None:
+            self._cf(TTL_CF, create=True)
+        chunk: list[tuple[bytes, Any]] = []
+        for key, value in items:
+            chunk.append((encode_key(key), value))
+            if len(chunk) >= _CHUNK:
+                self._write_chunk(space, cf, chunk, ttl_ms, now_ms)
+                chunk = []
+        if chunk:
+            self._write_chunk(space, cf, chunk, ttl_ms, now_ms)
+
+    def _write_chunk(self, space: str, cf: rocksdict.Rdict, chunk: list[tuple[bytes, Any]],
+                     ttl_ms: int | None, now_ms: int | None) -> None:
+        if self._options.exact_key_count:
+            keys = [k for k, _ in chunk]
+            present = cf[keys]
+            new = {k for k, raw in zip(keys, present, strict=True) if raw is None}
+            self._bump(space, len(new))
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        handle = self._handle(space)
+        ttl_handle = self._handle(TTL_CF) if ttl_ms is not None else None
+        written = 0
+        if ttl_ms is None:  # hot path: no per-item framing call
+            encode = self._codec(space).encode
+            put = batch.put
+            for k, value in chunk:
+                stored = ttl_mod.NO_TTL + encode(value)
+                put(k, stored, handle)
+                written += len(k) + len(stored)
+        else:
+            for k, value in chunk:
+                stored, expires = self._frame(space, value, ttl_ms, now_ms)
+                batch.put(k, stored, handle)
+                batch.put(ttl_mod.index_key(expires, space, k), b"", ttl_handle)  # type: ignore[arg-type]
+                written += len(k) + len(stored)
+        self._bytes_written += written
+        self._db.write(batch)
+        self._puts += len(chunk)
+
+    def delete(self, key: Key, *, space: str = DEFAULT_SPACE) -> None:
+        self._writable()
+        cf = self._cf(space)
+        if cf is None:
+            return
+        k = encode_key(key)
+        if self._options.exact_key_count and cf.get(k) is not None:
+            self._bump(space, -1)
+        cf.delete(k)
+        self._deletes += 1
+
+    def expire(self, now_ms: int | None = None, *,
+               limit: int | None = None) -> Iterator[tuple[str, bytes, Any]]:
+        self._writable()
+        ttl_cf = self._cf(TTL_CF)
+        if ttl_cf is None:
+            return
+        upper = ttl_mod.index_upper_bound(ttl_mod.now_ms() if now_ms is None else now_ms)
+        done = 0
+        for entry, _ in ttl_cf.items():
+            if entry >= upper or (limit is not None and done >= limit):
+                break
+            expires, space, key = ttl_mod.parse_index_key(entry)
+            ttl_cf.delete(entry)
+            cf = self._cfs.get(space)
+            raw = None if cf is None else cf.get(key)
+            if raw is None or ttl_mod.expiry_of(raw) != expires:
+                continue  # stale entry: the key was overwritten or deleted since
+            assert cf is not None
+            cf.delete(key)
+            self._deletes += 1
+            self._bump(space, -1)
+            done += 1
+            yield space, key, self._codec(space).decode(ttl_mod.unframe(raw)[0])
+
+    # ---- versions ------------------------------------------------------------------------
+    def prepare_commit(self, version: int, *, writer: str | None = None) -> CommitCandidate:
+        started = time.perf_counter()
+        copy = self._copy
+        if copy is None:
+            self._writable()  # raises: read-only
+            raise AssertionError("unreachable")
+        if self._status is not Status.OPEN:
+            raise StateTransactionError(
+                f"cannot prepare state partition {self.partition} of {self._location.url}: "
+                f"it is {self._status.value}")
+        if not isinstance(version, int) or version <= self.base_version:
+            raise StateTransactionError(
+                f"state version {version!r} for partition {self.partition} must be an int "
+                f"greater than the version it was opened at ({self.base_version})")
+        try:
+            return self._prepare(copy, version, writer, started)
+        except BaseException:
+            self._status = Status.FAILED
+            raise
+
+    def _prepare(self, copy: LocalCopy, version: int, writer: str | None,
+                 started: float) -> CommitCandidate:
+        attempt = uuid.uuid4().hex
+        if self._options.exact_key_count:
+            meta = self._cf(META_CF, create=True)
+            assert meta is not None
+            for space, count in self._counts.items():
+                meta.put(b"count/" + space.encode(), _I64.pack(count))
+        ckpt = os.path.join(copy.dir, f"ckpt-{attempt}")
+        rocksdict.Checkpoint(self._db).create_checkpoint(ckpt)
+        checkpointed = time.perf_counter()
+        pdir = StateLocation.partition_dir(self.partition)
+        try:
+            result = upload_checkpoint(self._fs, self._root, pdir, ckpt, version, attempt,
+                                       copy.state.files,
+                                       batch_size=self._options.upload_concurrency)
+            uploaded = time.perf_counter()
+            manifest_rel = f"{pdir}/manifests/{version}-{attempt}.json"
+            num_keys = self.num_keys()
+            manifest = Manifest(
+                partition=self.partition, version=version, parent_version=self.base_version,
+                parent_manifest=copy.state.manifest, files=tuple(result.entries),
+                num_keys=num_keys,
+                key_counts={s: self._counts.get(s, 0) for s in self.spaces()},
+                spaces={s: self._codec(s).spec() for s in self.spaces()},
+                writer=writer_identity(writer, attempt), created_at=time.time())
+            if not create_exclusive(self._fs, f"{self._root}/{manifest_rel}",
+                                    manifest.to_json()):
+                raise StateTransactionError(f"manifest {manifest_rel} already exists")
+            old_files = copy.state.files
+            new_files = {e.name: e for e in manifest.sst_entries()}
+            for remote, local in result.new_files.items():
+                target = os.path.join(copy.cache_dir, remote.rsplit("/", 1)[-1])
+                if not os.path.exists(target):
+                    os.link(local, target)
+            copy.state = CopyState(version=version, manifest=manifest_rel, dirty=False,
+                                   db=copy.state.db, files=new_files)
+            copy.save()
+            keep = {cache_name(e) for e in [*old_files.values(), *new_files.values()]}
+        finally:
+            shutil.rmtree(ckpt, ignore_errors=True)
+        copy.remove_stale(keep)
+        self._status = Status.PREPARED
+        metrics = CommitMetrics(
+            partition=self.partition, version=version, num_keys=num_keys, puts=self._puts,
+            deletes=self._deletes, bytes_written=self._bytes_written,
+            files_total=len(result.entries), files_uploaded=result.files_uploaded,
+            files_reused=result.files_reused, bytes_uploaded=result.bytes_uploaded,
+            bytes_total=manifest.total_bytes, checkpoint_seconds=checkpointed - started,
+            upload_seconds=uploaded - checkpointed,
+            commit_seconds=time.perf_counter() - started, manifest_path=manifest_rel)
+        _log.info("state candidate %s", metrics.to_dict())
+        return CommitCandidate(location_url=self._location.url, partition=self.partition,
+                               version=version, manifest_path=manifest_rel,
+                               writer=writer or attempt, metrics=metrics)
+
+    def commit(self, version: int, *, writer: str | None = None) -> CommitMetrics:
+        started = time.perf_counter()
+        candidate = self.prepare_commit(version, writer=writer)
+        assert self._publish is not None
+        try:
+            self._publish(candidate)
+        except BaseException:
+            self._status = Status.FAILED
+            raise
+        self._status = Status.OPEN
+        self.base_version = version
+        self._puts = self._deletes = self._bytes_written = 0
+        m = candidate.metrics
+        metrics = CommitMetrics(**{**m.to_dict(),
+                                   "commit_seconds": time.perf_counter() - started})
+        _log.info("state commit %s", metrics.to_dict())
+        return metrics
+
+    def close(self) -> None:
+        if self._status is Status.CLOSED:
+            return
+        self._status = Status.CLOSED
+        self._cfs.clear()
+        self._handles.clear()
+        try:
+            self._db.close()
+        finally:
+            if self._copy is not None:
+                self._copy.release()
+            if self._temp_dir is not None:
+                shutil.rmtree(self._temp_dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (f"RocksDBStatePartition({self._location.url!r}, partition={self.partition}, "
+                f"version={self.base_version}, {self._status.value})")
+
+
+__all__ = ["EMPTY_VERSION", "RocksDBStatePartition", "encode_key", "open_rdict"]

@@ -1,0 +1,195 @@
+"""``StateStore``: the entry point. Opens partitions at versions, publishes, applies retention.
+
+Picklable (location, options and index only); filesystems and RocksDB handles are created
+where it is used, so the same object works on the driver and in executor Python workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+import uuid
+from typing import Any
+
+from orderedstream.errors import OptionError, StateNotFoundError
+from statestore.base import EMPTY_VERSION, CommitCandidate, StateStoreBase, VersionIndex
+from statestore.index import PointerVersionIndex
+from statestore.manifest import Manifest, read_manifest
+from statestore.options import StateLocation, StateStoreOptions
+from statestore.restore import assemble, cache_name, fetch
+from statestore.retention import cleanup_partition
+from statestore.rocksdb.localcopy import CopyState, LocalCopy
+from statestore.rocksdb.partition import RocksDBStatePartition
+
+_log = logging.getLogger("statestore")
+
+
+class StateStore(StateStoreBase):
+    """All partitions of one state location.
+
+    ``index`` decides which candidate is version N (default: ``PointerVersionIndex``, pointer
+    objects created exclusively under the location). ``last_restore`` holds the
+    ``RestoreMetrics`` of the latest ``open`` in this process.
+    """
+
+    def __init__(self, location: StateLocation | str, options: StateStoreOptions | None = None,
+                 *, index: VersionIndex | None = None, **storage_options: Any) -> None:
+        if isinstance(location, str):
+            location = StateLocation(location, storage_options)
+        elif storage_options:
+            raise OptionError("pass storage_options inside StateLocation, not both")
+        self.location = location
+        self.options = options or StateStoreOptions()
+        self.index: VersionIndex = index if index is not None else PointerVersionIndex(location)
+        self._fs: Any = None
+        self._root = ""
+        self.last_restore: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"location": self.location, "options": self.options, "index": self.index}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["location"], state["options"], index=state["index"])  # type: ignore[misc]
+
+    def filesystem(self) -> tuple[Any, str]:
+        if self._fs is None:
+            self._fs, self._root = self.location.filesystem()
+        return self._fs, self._root
+
+    def local_copy_dir(self, partition: int) -> str:
+        return os.path.join(self.options.resolved_local_dir(), self.location.key(),
+                            StateLocation.partition_dir(partition))
+
+    def _check_partition(self, partition: int) -> None:
+        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+            raise OptionError(f"state partition {partition!r}: a non-negative int is required")
+
+    def _resolve(self, partition: int, version: int) -> str:
+        rel = self.index.resolve(partition, version)
+        if rel is None:
+            known = self.index.versions(partition)
+            raise StateNotFoundError(
+                f"state version {version} of partition {partition} was never committed at "
+                f"{self.location.url}; committed versions: "
+                f"{known[-10:] if known else 'none'}")
+        return rel
+
+    def open(self, partition: int, version: int, *,
+             writer: str | None = None) -> RocksDBStatePartition:
+        from statestore.base import RestoreMetrics
+
+        self._check_partition(partition)
+        if not isinstance(version, int) or version < EMPTY_VERSION:
+            raise OptionError(f"state version {version!r}: an int >= {EMPTY_VERSION} "
+                              "(EMPTY_VERSION opens an empty partition) is required")
+        started = time.perf_counter()
+        fs, root = self.filesystem()
+        copy = LocalCopy(self.local_copy_dir(partition), timeout_s=self.options.lock_timeout_s,
+                         location_url=self.location.url, partition=partition)
+        try:
+            rel = None if version == EMPTY_VERSION else self._resolve(partition, version)
+            st = copy.state
+            downloaded = reused_files = bytes_downloaded = 0
+            reused = (not st.dirty and st.version == version and st.manifest == rel
+                      and st.db is not None)
+            if not reused:
+                db = f"db-{uuid.uuid4().hex[:12]}"
+                files = {}
+                if rel is None:
+                    os.makedirs(os.path.join(copy.dir, db))
+                else:
+                    manifest = read_manifest(fs, root, rel)
+                    got = fetch(fs, root, manifest, copy.cache_dir,
+                                location_url=self.location.url,
+                                verify_local=self.options.verify_local_cache,
+                                batch_size=self.options.upload_concurrency)
+                    downloaded, reused_files = got.files_downloaded, got.files_reused
+                    bytes_downloaded = got.bytes_downloaded
+                    assemble(manifest, copy.cache_dir, os.path.join(copy.dir, db),
+                             location_url=self.location.url)
+                    files = {e.name: e for e in manifest.sst_entries()}
+                copy.state = CopyState(version=version, manifest=rel, dirty=False, db=db,
+                                       files=files)
+                copy.save()
+                copy.remove_stale({cache_name(e) for e in files.values()})
+            part = RocksDBStatePartition(
+                location=self.location, fs=fs, root=root, partition=partition, version=version,
+                options=self.options, db_path=copy.db_path(), copy=copy, publish=self.publish)
+        except BaseException:
+            copy.release()
+            raise
+        self.last_restore = RestoreMetrics(
+            partition=partition, version=version, reused_local=reused,
+            files_downloaded=downloaded, files_reused=reused_files,
+            bytes_downloaded=bytes_downloaded, restore_seconds=time.perf_counter() - started)
+        _log.info("state open %s", self.last_restore.to_dict())
+        return part
+
+    def read_manifest(self, partition: int, version: int) -> Manifest:
+        """The manifest of a published version (files, key counts, codecs, writer)."""
+        fs, root = self.filesystem()
+        return read_manifest(fs, root, self._resolve(partition, version))
+
+    def open_read_only(self, partition: int,
+                       version: int | None = None) -> RocksDBStatePartition:
+        from statestore.codecs import codec_from_spec
+
+        self._check_partition(partition)
+        if version is None:
+            version = self.latest_version(partition)
+            if version == EMPTY_VERSION:
+                raise StateNotFoundError(f"partition {partition} has no committed state "
+                                         f"version at {self.location.url}")
+        fs, root = self.filesystem()
+        manifest = self.read_manifest(partition, version)
+        base = self.options.resolved_local_dir()
+        os.makedirs(base, exist_ok=True)
+        temp = tempfile.mkdtemp(prefix=f"ro-p{partition}-v{version}-", dir=base)
+        try:
+            fetch(fs, root, manifest, os.path.join(temp, "cache"),
+                  location_url=self.location.url, batch_size=self.options.upload_concurrency)
+            db = os.path.join(temp, "db")
+            assemble(manifest, os.path.join(temp, "cache"), db, location_url=self.location.url)
+            codecs = {name: codec_from_spec(spec) for name, spec in manifest.spaces.items()}
+            return RocksDBStatePartition(
+                location=self.location, fs=fs, root=root, partition=partition, version=version,
+                options=self.options, db_path=db, copy=None, publish=None, codecs=codecs,
+                temp_dir=temp)
+        except BaseException:
+            import shutil
+
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+
+    def publish(self, candidate: CommitCandidate) -> None:
+        if candidate.location_url != self.location.url:
+            raise OptionError(f"candidate for {candidate.location_url} cannot be published at "
+                              f"{self.location.url}")
+        self.index.publish(candidate)
+
+    def latest_version(self, partition: int) -> int:
+        versions = self.index.versions(partition)
+        return versions[-1] if versions else EMPTY_VERSION
+
+    def partitions(self) -> list[int]:
+        fs, root = self.filesystem()
+        fs.invalidate_cache(root)
+        try:
+            names = fs.ls(root, detail=False)
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            base = name.rstrip("/").rsplit("/", 1)[-1]
+            if base.startswith("p=") and base[2:].isdigit() and self.index.versions(int(base[2:])):
+                out.append(int(base[2:]))
+        return sorted(out)
+
+    def cleanup(self, partition: int, *, keep_last: int | None = None) -> dict[str, int]:
+        fs, root = self.filesystem()
+        counts = cleanup_partition(fs, root, self.index, partition,
+                                   keep_last if keep_last is not None else self.options.keep_last)
+        _log.info("state cleanup partition %s at %s: %s", partition, self.location.url, counts)
+        return counts

@@ -1,0 +1,36 @@
+"""State store fixtures: one suite runs against every storage target (file:// and real S3)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statestore import StateLocation, StateStoreOptions
+from statestore.store import StateStore
+
+_machines = itertools.count()
+
+
+@pytest.fixture(params=["file", "s3"])
+def state_location(request: pytest.FixtureRequest, tmp_path: Path) -> StateLocation:
+    """A fresh state location, on the local filesystem or on the shared SeaweedFS S3."""
+    if request.param == "file":
+        return StateLocation(f"file://{tmp_path / 'remote'}")
+    s3 = request.getfixturevalue("s3")
+    return StateLocation(request.getfixturevalue("s3_url"), s3.storage_options)
+
+
+@pytest.fixture
+def make_store(state_location: StateLocation, tmp_path: Path) -> Callable[..., StateStore]:
+    """Factory: a StateStore on ``state_location``. Each ``machine`` name gets its own local
+    dir, so two names behave like two executors with separate disks."""
+
+    def factory(machine: str = "m0", **options: Any) -> StateStore:
+        opts = StateStoreOptions(local_dir=str(tmp_path / "local" / machine), **options)
+        return StateStore(state_location, opts)
+
+    return factory
