@@ -25,7 +25,10 @@ want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "bootstrap: installing Python packages (pinned by constraints.txt)"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench]"
+  # compat mode puts the checkout on sys.path, so Spark's static data source registration
+  # (which lists top-level pyspark_* modules with pkgutil) finds orderedkafka & co.
+  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench]" \
+    --config-settings editable_mode=compat
   echo "$want" > "$stamp"
 fi
 
@@ -33,6 +36,9 @@ fi
 "$venv/bin/python" -c "from orderedstream.services.jars import kafka_broker_classpath as k; k()"
 
 # The JVM shim: rebuilt only when its sources changed.
+# Without the jar the pack still works (state restores from snapshots more often), so a failed
+# build is reported, not fatal; the shim's own tests fail loudly in that case.
 if [ -f jvm-shim/pom.xml ]; then
-  "$venv/bin/python" -m orderedstream.shim build --quiet
+  "$venv/bin/python" -m orderedstream.shim build --quiet \
+    || echo "bootstrap: WARNING: the JVM shim did not build; running without executor-sticky placement" >&2
 fi

@@ -84,14 +84,60 @@ def spark_kafka_connector_jars(spark_version: str | None = None) -> list[str]:
                              for p in (1, 0) if f"{major}.{m}.{p}" != wanted]
     errors: list[str] = []
     for version in candidates:
-        try:
-            path = _resolve("spark-kafka-pom.xml", {"SPARK_VERSION": version},
-                            f"spark-sql-kafka-{version}")
-        except ServiceError as exc:
-            errors.append(f"{version}: {str(exc).splitlines()[0]}")
-            continue
-        if version != wanted:
-            logging.getLogger(__name__).warning(
-                "spark-sql-kafka-0-10 %s is not on Maven Central; using %s", wanted, version)
-        return sorted(str(p) for p in path.glob("*.jar"))
+        for token_version in [version] + [c for c in candidates if c != version]:
+            try:
+                path = _resolve("spark-kafka-pom.xml",
+                                {"SPARK_VERSION": version, "TOKEN_VERSION": token_version},
+                                f"spark-sql-kafka-{version}-tp{token_version}")
+            except ServiceError as exc:
+                errors.append(f"{version}/{token_version}: {str(exc).splitlines()[0]}")
+                if "spark-token-provider" not in str(exc):
+                    break  # the connector itself is missing: try an older one
+                continue
+            if version != wanted or token_version != version:
+                logging.getLogger(__name__).warning(
+                    "spark-sql-kafka-0-10 %s is not on Maven Central; using %s (token provider "
+                    "%s)", wanted, version, token_version)
+            return sorted(str(p) for p in path.glob("*.jar"))
     raise ServiceError("no spark-sql-kafka-0-10 release could be resolved: " + "; ".join(errors))
+
+
+HADOOP_AWS_SDK_VERSIONS = {"3.5.0": "2.35.4", "3.4.2": "2.29.52", "3.4.1": "2.24.6"}
+
+
+def bundled_hadoop_version() -> str:
+    """The hadoop-client version pyspark ships (from its hadoop-client-api jar name)."""
+    from orderedstream.services.spark import spark_home
+
+    for jar in (spark_home() / "jars").glob("hadoop-client-api-*.jar"):
+        return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    raise ServiceError(f"no hadoop-client-api jar under {spark_home() / 'jars'}")
+
+
+def hadoop_aws_jars(hadoop_version: str | None = None) -> list[str]:
+    """Jars that let pyspark's Spark read and write ``s3a://`` (hadoop-aws + AWS SDK v2 modules).
+
+    The SDK's huge ``bundle`` jar is replaced by the modules S3A uses; jars whose artifact
+    pyspark already ships (netty, httpclient, commons-codec, slf4j, commons-logging via
+    jcl-over-slf4j) are left out so Spark's versions win.
+    """
+    from orderedstream.services.spark import spark_home
+
+    version = hadoop_version or bundled_hadoop_version()
+    sdk = HADOOP_AWS_SDK_VERSIONS.get(version)
+    if sdk is None:
+        raise ServiceError(f"no known AWS SDK version for hadoop-aws {version}; known: "
+                           f"{sorted(HADOOP_AWS_SDK_VERSIONS)}")
+    path = _resolve("hadoop-aws-pom.xml", {"HADOOP_VERSION": version, "AWS_SDK_VERSION": sdk},
+                    f"hadoop-aws-{version}")
+    shipped = {_artifact(p.name) for p in (spark_home() / "jars").glob("*.jar")}
+    if "jcl-over-slf4j" in shipped:  # Spark's bridge provides the commons-logging classes
+        shipped.add("commons-logging")
+    return sorted(str(p) for p in path.glob("*.jar") if _artifact(p.name) not in shipped)
+
+
+def _artifact(jar_name: str) -> str:
+    """``netty-buffer-4.1.126.Final.jar`` -> ``netty-buffer``."""
+    import re
+
+    return re.sub(r"-\d[\w.]*\.jar$", "", jar_name)

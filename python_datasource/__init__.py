@@ -1,0 +1,13 @@
+"""``orderedkafka``: a Kafka Python Data Source for Spark that reads each partition in offset
+order, exactly once per batch, with integrity tiers, and needs no JAR.
+
+``OrderedKafkaDataSource`` is what ``spark.dataSource.register`` takes; installing the package
+also registers it by name (``format("orderedkafka")``) through ``pyspark_orderedkafka``.
+"""
+
+from python_datasource.offsets import KafkaSourceOffset
+from python_datasource.options import OrderedKafkaOptions, parse_options
+from python_datasource.source import OrderedKafkaDataSource, kafka_schema
+
+__all__ = ["KafkaSourceOffset", "OrderedKafkaDataSource", "OrderedKafkaOptions", "kafka_schema",
+           "parse_options"]

@@ -1,0 +1,258 @@
+"""Driver-side Kafka metadata: topics, topic ids, partitions and offsets for planning.
+
+One confluent_kafka ``AdminClient`` per source reader, created lazily and reused across triggers
+(it runs in Spark's long-lived planner worker on the driver; it is never pickled). Every call
+retries while the cluster does not answer, up to ``brokerTimeoutMs``, then raises
+:class:`KafkaUnavailableError` naming the bootstrap servers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from orderedstream.errors import KafkaUnavailableError, OptionError
+from python_datasource.options import OrderedKafkaOptions
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+TP = tuple[str, int]
+
+# librdkafka consumer-only settings: not passed to the admin client (it would warn about each).
+_CONSUMER_ONLY_PREFIXES = ("isolation.level", "fetch.", "max.partition.fetch.bytes", "queued.",
+                           "session.timeout.ms", "heartbeat.interval.ms", "group.",
+                           "enable.partition.eof", "check.crcs", "auto.commit",
+                           "max.poll.interval.ms", "partition.assignment.strategy",
+                           "enable.auto.offset.store", "consume.callback.max.messages")
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic as it exists now: its Kafka topic id and partition numbers."""
+
+    name: str
+    topic_id: str
+    partitions: tuple[int, ...]
+
+
+def admin_config(options: OrderedKafkaOptions) -> dict[str, str]:
+    """Client settings for an AdminClient (security and connection settings pass through)."""
+    return {k: v for k, v in options.client_config().items()
+            if not k.startswith(_CONSUMER_ONLY_PREFIXES)}
+
+
+def config_error(exc: Exception) -> OptionError | None:
+    """Turn librdkafka's 'No such configuration property' into an OptionError naming the
+    ``kafka.*`` option."""
+    text = str(exc)
+    if "configuration property" in text.lower() or "Invalid value" in text:
+        return OptionError(f"a kafka.* option was refused by the Kafka client (librdkafka): "
+                           f"{text}. Options after 'kafka.' must be librdkafka settings "
+                           "(https://github.com/confluentinc/librdkafka/blob/master/"
+                           "CONFIGURATION.md); Java-only settings have no effect here")
+    return None
+
+
+class KafkaMetadata:
+    """Metadata and offset look-ups for one source on the driver (reused admin client)."""
+
+    def __init__(self, options: OrderedKafkaOptions) -> None:
+        self.options = options
+        self._admin: Any = None
+
+    # -- client ------------------------------------------------------------------------
+    def admin(self) -> Any:
+        """The reused AdminClient (created on first use)."""
+        if self._admin is None:
+            from confluent_kafka import KafkaException
+            from confluent_kafka.admin import AdminClient
+
+            try:
+                self._admin = AdminClient(admin_config(self.options))
+            except (KafkaException, ValueError, TypeError) as exc:
+                raise (config_error(exc) or exc) from exc
+        return self._admin
+
+    def close(self) -> None:
+        """Drop the admin client (librdkafka frees it when unreferenced)."""
+        self._admin = None
+
+    def _timeout(self, deadline: float) -> float:
+        return max(1.0, min(10.0, deadline - time.monotonic()))
+
+    def _retry(self, what: str, call: Callable[[float], T]) -> T:
+        """Run ``call(timeout_s)`` until it succeeds or ``brokerTimeoutMs`` passed."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self.options.broker_timeout_ms / 1000
+        delay = 0.2
+        while True:
+            try:
+                return call(self._timeout(deadline))
+            except (KafkaException, FutureTimeout) as exc:
+                err = exc.args[0] if exc.args and hasattr(exc.args[0], "fatal") else None
+                if err is not None and err.fatal():
+                    raise
+                if time.monotonic() + delay >= deadline:
+                    raise KafkaUnavailableError(
+                        f"Kafka at {self.options.bootstrap_servers} did not answer {what} within "
+                        f"brokerTimeoutMs={self.options.broker_timeout_ms}: {exc!r}. Check that "
+                        "the brokers are up and reachable, or raise brokerTimeoutMs") from exc
+                log.warning("orderedkafka: %s failed (%r); retrying", what, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    # -- topics ------------------------------------------------------------------------
+    def topics(self) -> dict[str, TopicInfo]:
+        """The subscription's topics that exist now (missing subscribed topics are absent)."""
+        if self.options.strategy == "subscribePattern":
+            names = [n for n in self._retry(
+                "listing topics", lambda t: self.admin().list_topics(timeout=t)).topics
+                if self.options.matches(n)]
+        elif self.options.strategy == "subscribe":
+            names = list(self.options.topics)
+        else:
+            names = list(self.options.assignment)
+        infos = self.describe(names)
+        if self.options.strategy == "assign":
+            infos = {n: TopicInfo(n, i.topic_id, tuple(p for p in i.partitions
+                                                       if p in self.options.assignment[n]))
+                     for n, i in infos.items()}
+        return infos
+
+    def describe(self, names: Iterable[str]) -> dict[str, TopicInfo]:
+        """Topic id and partitions of each existing topic in ``names`` (internal topics are
+        skipped, as a Java consumer's pattern subscription does)."""
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+        names = sorted(set(names))
+        if not names:
+            return {}
+
+        def call(timeout: float) -> dict[str, TopicInfo]:
+            futures = self.admin().describe_topics(TopicCollection(names),
+                                                   request_timeout=timeout)
+            result: dict[str, TopicInfo] = {}
+            for name, future in futures.items():
+                try:
+                    desc = future.result(timeout + 5)
+                except KafkaException as exc:
+                    if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        continue  # not there (yet, or any more)
+                    raise
+                if desc.is_internal:
+                    continue
+                result[name] = TopicInfo(name, str(desc.topic_id),
+                                         tuple(sorted(p.id for p in desc.partitions)))
+            return result
+
+        return self._retry("describing topics", call)
+
+    # -- offsets -----------------------------------------------------------------------
+    def _list_offsets(self, specs: Mapping[TP, Any], what: str) -> dict[TP, int]:
+        from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+
+        if not specs:
+            return {}
+        level = (IsolationLevel.READ_COMMITTED if self.options.read_committed
+                 else IsolationLevel.READ_UNCOMMITTED)
+
+        def call(timeout: float) -> dict[TP, int]:
+            futures = self.admin().list_offsets(
+                {TopicPartition(t, p): spec for (t, p), spec in specs.items()},
+                isolation_level=level, request_timeout=timeout)
+            result: dict[TP, int] = {}
+            for tp, future in futures.items():
+                try:
+                    result[(tp.topic, tp.partition)] = future.result(timeout + 5).offset
+                except KafkaException as exc:
+                    if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        continue  # partition vanished: the caller reports it
+                    raise
+            return result
+
+        return self._retry(what, call)
+
+    def earliest(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """Log start offset per partition (partitions that no longer exist are absent)."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._list_offsets({tp: OffsetSpec.earliest() for tp in tps}, "earliest offsets")
+
+    def latest(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """Next offset to be written per partition: the high watermark, or under
+        read_committed the last stable offset (open transactions are not readable yet)."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._list_offsets({tp: OffsetSpec.latest() for tp in tps}, "latest offsets")
+
+    def for_timestamps(self, tps: Mapping[TP, int]) -> dict[TP, int | None]:
+        """First offset whose timestamp is >= the given epoch millis; None when no record is
+        that recent."""
+        from confluent_kafka.admin import OffsetSpec
+
+        found = self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in tps.items()},
+                                   "offsets for timestamps")
+        return {tp: (found[tp] if found.get(tp, -1) >= 0 else None) for tp in tps}
+
+    def commit_group_offsets(self, group: str, offsets: Mapping[TP, int]) -> None:
+        """Publish processed offsets to ``group`` so Kafka's lag tools see progress."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+        if not offsets:
+            return
+        request = ConsumerGroupTopicPartitions(
+            group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
+
+        def call(timeout: float) -> None:
+            futures = self.admin().alter_consumer_group_offsets([request],
+                                                                request_timeout=timeout)
+            for future in futures.values():
+                done = future.result(timeout + 5)
+                for tp in done.topic_partitions:
+                    if tp.error is not None:
+                        raise KafkaException(tp.error)
+
+        self._retry(f"committing offsets to consumer group {group!r}", call)
+
+
+def resolve_spec(metadata: KafkaMetadata, spec: Any, tps: list[TP],
+                 earliest: Mapping[TP, int], latest: Mapping[TP, int],
+                 timestamp_strategy: str = "error") -> dict[TP, int]:
+    """Turn a starting/ending option (``StartSpec``) into one offset per partition in ``tps``.
+
+    JSON offsets must name exactly the partitions the subscription has (Spark's rule); -2/-1
+    mean earliest/latest. A timestamp with no record at or after it fails under strategy
+    'error' and means latest under 'latest'.
+    """
+    if spec.kind == "earliest":
+        return {tp: earliest[tp] for tp in tps}
+    if spec.kind == "latest":
+        return {tp: latest[tp] for tp in tps}
+    given = {(t, p): v for t, parts in spec.offsets.items() for p, v in parts.items()}
+    if set(given) != set(tps) and spec.kind == "offsets" or (
+            spec.kind == "timestamps" and set(given) != set(tps)):
+        raise OptionError(
+            f"option '{spec.option}' must name every partition of the subscription (use -2 for "
+            f"earliest, -1 for latest): named {sorted(given)}, the subscription has "
+            f"{sorted(tps)}")
+    if spec.kind == "offsets":
+        return {tp: earliest[tp] if v == -2 else latest[tp] if v == -1 else v
+                for tp, v in given.items()}
+    wanted = given if spec.kind == "timestamps" else {tp: spec.timestamp_ms for tp in tps}
+    found = metadata.for_timestamps(wanted)
+    result: dict[TP, int] = {}
+    for tp, offset in found.items():
+        if offset is None:
+            if timestamp_strategy != "latest":
+                raise OptionError(
+                    f"option '{spec.option}': {tp[0]}-{tp[1]} has no record with a timestamp at "
+                    f"or after {wanted[tp]}; set startingOffsetsByTimestampStrategy='latest' to "
+                    "start at the latest offset instead")
+            offset = latest[tp]
+        result[tp] = offset
+    return result

@@ -1,0 +1,398 @@
+"""Spark's string options for ``orderedkafka``, parsed once into a frozen, validated dataclass.
+
+Option names and meanings follow Spark's Kafka source (spark-sql-kafka-0-10); a few options of
+our own (``integrity``, ``topicDiscoveryIntervalMs``, ``commitOffsetsToGroup``,
+``brokerTimeoutMs``, ``arrowBatchMaxRecords``, ``arrowBatchMaxBytes``) are added. Every error
+names the option and what it accepts. The parsed object is plain data: it is pickled to executors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from orderedstream.errors import OptionError
+
+Integrity = Literal["strict", "window", "none"]
+Strategy = Literal["assign", "subscribe", "subscribePattern"]
+StartKind = Literal["earliest", "latest", "offsets", "timestamp", "timestamps"]
+
+EARLIEST = -2  # Spark's sentinel in startingOffsets / endingOffsets JSON
+LATEST = -1
+
+# Source options, lower-cased -> the spelling users know (for error messages).
+_SOURCE_OPTIONS = {
+    name.lower(): name
+    for name in (
+        "assign", "subscribe", "subscribePattern",
+        "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
+        "failOnDataLoss", "integrity",
+        "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+        "minPartitions", "maxRecordsPerPartition", "includeHeaders",
+        "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
+        "kafkaConsumer.pollTimeoutMs",
+        "topicDiscoveryIntervalMs", "commitOffsetsToGroup", "brokerTimeoutMs",
+        "arrowBatchMaxRecords", "arrowBatchMaxBytes",
+    )
+}
+
+# Kafka client settings Spark refuses, with the reason it gives.
+_REJECTED_KAFKA = {
+    "auto.offset.reset": "set the source option 'startingOffsets' instead "
+                         "(earliest | latest | JSON offsets)",
+    "key.deserializer": "keys are always returned as binary; cast or decode them in a "
+                        "DataFrame operation",
+    "value.deserializer": "values are always returned as binary; cast or decode them in a "
+                          "DataFrame operation",
+    "enable.auto.commit": "the source tracks offsets in Spark's checkpoint; use the option "
+                          "'commitOffsetsToGroup' to publish progress to a consumer group",
+    "interceptor.classes": "consumer interceptors are not supported",
+}
+
+# Java-client-only settings with no librdkafka meaning: dropped (they only tune the JVM client).
+_JAVA_ONLY_KAFKA = frozenset({
+    "max.poll.records", "default.api.timeout.ms", "retry.backoff.max.ms",
+    "ssl.endpoint.identification.algorithm.disabled", "client.dns.lookup",
+    "partition.assignment.strategy",
+})
+
+_DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
+                   "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class StartSpec:
+    """Where reading begins (or, for ``endingOffsets``, ends) per topic-partition.
+
+    ``kind`` earliest/latest apply to every partition; ``offsets`` maps topic -> partition ->
+    offset (-2 earliest, -1 latest); ``timestamp`` applies ``timestamp_ms`` to every partition;
+    ``timestamps`` maps topic -> partition -> epoch millis.
+    """
+
+    kind: StartKind
+    offsets: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    timestamp_ms: int | None = None
+    option: str = "startingOffsets"
+
+
+@dataclass(frozen=True)
+class OrderedKafkaOptions:
+    """Every ``orderedkafka`` option, validated. Built by :func:`parse_options`."""
+
+    bootstrap_servers: str
+    strategy: Strategy
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assignment: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    kafka_params: Mapping[str, str] = field(default_factory=dict)
+    starting: StartSpec = StartSpec("latest")
+    ending: StartSpec | None = None
+    starting_by_timestamp_strategy: Literal["error", "latest"] = "error"
+    integrity: Integrity = "strict"
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    include_headers: bool = False
+    group_id: str = ""
+    poll_timeout_ms: int = 120_000
+    topic_discovery_interval_ms: int = 0
+    commit_group: str | None = None
+    broker_timeout_ms: int = 120_000
+    arrow_batch_max_records: int = 10_000
+    arrow_batch_max_bytes: int = 16 * 1024 * 1024
+
+    @property
+    def read_committed(self) -> bool:
+        """True when the client reads only committed transactional records."""
+        return self.kafka_params.get("isolation.level", "read_uncommitted") == "read_committed"
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` belongs to this query's subscription."""
+        if self.strategy == "subscribe":
+            return topic in self.topics
+        if self.strategy == "assign":
+            return topic in self.assignment
+        assert self.pattern is not None
+        return re.fullmatch(self.pattern, topic) is not None
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings shared by the driver's and the executors' clients."""
+        return {"bootstrap.servers": self.bootstrap_servers,
+                "isolation.level": "read_uncommitted", **self.kafka_params}
+
+
+def _bad(option: str, value: object, accepted: str) -> OptionError:
+    return OptionError(f"option '{option}' = {value!r} is invalid: accepted {accepted}")
+
+
+def _int(opts: Mapping[str, str], key: str, minimum: int = 1) -> int | None:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise _bad(key, raw, f"an integer >= {minimum}") from None
+    if value < minimum:
+        raise _bad(key, raw, f"an integer >= {minimum}")
+    return value
+
+
+def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise _bad(key, raw, "'true' or 'false'")
+    return text == "true"
+
+
+def _duration_ms(opts: Mapping[str, str], key: str, default: int) -> int:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(raw).lower())
+    if not match or match.group(2) not in ("", *_DURATION_UNITS):
+        raise _bad(key, raw, "a duration such as '15m', '30s', '500ms' or milliseconds")
+    return int(match.group(1)) * _DURATION_UNITS.get(match.group(2) or "ms", 1)
+
+
+def _json_object(option: str, raw: str) -> dict:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _bad(option, raw, f"JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(value, dict) or not value:
+        raise _bad(option, raw, "a non-empty JSON object")
+    return value
+
+
+def _partition_map(option: str, raw: str, what: str) -> dict[str, dict[int, int]]:
+    """Parse ``{"topic": {"0": 23, "1": -2}}``."""
+    result: dict[str, dict[int, int]] = {}
+    for topic, parts in _json_object(option, raw).items():
+        if not isinstance(parts, dict) or not parts:
+            raise _bad(option, raw, f'JSON like {{"topic": {{"0": {what}}}}}')
+        result[topic] = {}
+        for part, value in parts.items():
+            try:
+                pid = int(part)
+            except ValueError:
+                raise _bad(option, raw, f"integer partition numbers (got {part!r} in "
+                                        f"topic {topic!r})") from None
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _bad(option, raw, f"integer {what} (got {value!r} for {topic}-{pid})")
+            result[topic][pid] = value
+    return result
+
+
+def _start_spec(opts: Mapping[str, str], prefix: str, default: StartKind | None,
+                streaming: bool) -> StartSpec | None:
+    """Resolve starting*/ending* options with Spark's precedence: timestamp > by-timestamp >
+    offsets."""
+    ts_key, by_ts_key, off_key = f"{prefix}Timestamp", f"{prefix}OffsetsByTimestamp", \
+        f"{prefix}Offsets"
+    if opts.get(ts_key.lower()) is not None:
+        value = _int(opts, ts_key, minimum=0)
+        return StartSpec("timestamp", timestamp_ms=value, option=ts_key)
+    raw = opts.get(by_ts_key.lower())
+    if raw is not None:
+        spec = _partition_map(by_ts_key, str(raw), "epoch milliseconds")
+        return StartSpec("timestamps", offsets=spec, option=by_ts_key)
+    raw = opts.get(off_key.lower())
+    if raw is None:
+        return StartSpec(default, option=off_key) if default else None
+    text = str(raw).strip()
+    if text.lower() in ("earliest", "latest"):
+        return StartSpec(text.lower(), option=off_key)  # type: ignore[arg-type]
+    offsets = _partition_map(off_key, text, "offsets (-2 = earliest, -1 = latest)")
+    for topic, parts in offsets.items():
+        for pid, off in parts.items():
+            if off < EARLIEST:
+                raise _bad(off_key, raw, f"offsets >= 0, or -2 (earliest) / -1 (latest); "
+                                         f"got {off} for {topic}-{pid}")
+    return StartSpec("offsets", offsets=offsets, option=off_key)
+
+
+def _kafka_params(opts: Mapping[str, str]) -> dict[str, str]:
+    """``kafka.*`` options with the prefix stripped, translated where Java and librdkafka
+    spell a setting differently."""
+    params: dict[str, str] = {}
+    for key, value in opts.items():
+        if not key.lower().startswith("kafka."):
+            continue
+        name = key[len("kafka."):].lower()
+        if name in _REJECTED_KAFKA:
+            raise OptionError(f"Kafka option 'kafka.{name}' is not supported: "
+                              f"{_REJECTED_KAFKA[name]}")
+        if name in _JAVA_ONLY_KAFKA or name == "bootstrap.servers":
+            continue
+        params[name] = str(value)
+    jaas = params.pop("sasl.jaas.config", None)
+    if jaas is not None:
+        found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', jaas))
+        if "username" not in found or "password" not in found:
+            raise _bad("kafka.sasl.jaas.config", "<hidden>",
+                       'a PlainLoginModule/ScramLoginModule entry with username="..." '
+                       'password="..." (or set kafka.sasl.username / kafka.sasl.password)')
+        params.setdefault("sasl.username", found["username"])
+        params.setdefault("sasl.password", found["password"])
+    store_type = params.pop("ssl.truststore.type", "JKS").upper()  # Java default
+    truststore = params.pop("ssl.truststore.location", None)
+    if truststore is not None:
+        if store_type != "PEM":
+            raise _bad("kafka.ssl.truststore.type", store_type,
+                       "PEM (librdkafka reads no JKS/PKCS12 trust stores; set "
+                       "kafka.ssl.ca.location to a PEM file)")
+        params.setdefault("ssl.ca.location", truststore)
+    params.pop("ssl.truststore.password", None)
+    key_type = params.pop("ssl.keystore.type", "PKCS12").upper()
+    if key_type != "PKCS12" and "ssl.keystore.location" in params:
+        raise _bad("kafka.ssl.keystore.type", key_type, "PKCS12 (librdkafka reads no JKS)")
+    isolation = params.get("isolation.level")
+    if isolation is not None and isolation not in ("read_committed", "read_uncommitted"):
+        raise _bad("kafka.isolation.level", isolation, "'read_uncommitted' or 'read_committed'")
+    return params
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> OrderedKafkaOptions:
+    """Validate Spark's case-insensitive options once; raise :class:`OptionError` naming the
+    option and what it accepts. ``streaming`` selects stream vs batch defaults and rules."""
+    opts = {str(k).lower(): v for k, v in options.items() if v is not None}
+    for key in opts:
+        if key.startswith("kafka.") or key in _SOURCE_OPTIONS or key == "path":
+            continue
+        raise OptionError(
+            f"unknown option '{key}' for format 'orderedkafka': accepted are "
+            f"{', '.join(sorted(_SOURCE_OPTIONS.values()))} and kafka.* client settings")
+
+    bootstrap = opts.get("kafka.bootstrap.servers")
+    if not bootstrap or not str(bootstrap).strip():
+        raise OptionError("option 'kafka.bootstrap.servers' must be set: a comma-separated list "
+                          "of host:port")
+
+    given = [name for name in ("assign", "subscribe", "subscribePattern")
+             if opts.get(name.lower()) is not None]
+    if len(given) != 1:
+        raise OptionError("exactly one of the options 'assign', 'subscribe', 'subscribePattern' "
+                          f"must be set; got {given or 'none'}")
+    strategy: Strategy = given[0]  # type: ignore[assignment]
+    raw = str(opts[strategy.lower()])
+    topics: tuple[str, ...] = ()
+    pattern = None
+    assignment: dict[str, tuple[int, ...]] = {}
+    if strategy == "subscribe":
+        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        if not topics:
+            raise _bad("subscribe", raw, "a comma-separated list of topic names")
+    elif strategy == "subscribePattern":
+        if not raw.strip():
+            raise _bad("subscribePattern", raw, "a non-empty regular expression")
+        try:
+            re.compile(raw)
+        except re.error as exc:
+            raise _bad("subscribePattern", raw, f"a regular expression ({exc})") from None
+        pattern = raw.strip()
+    else:
+        for topic, parts in _json_object("assign", raw).items():
+            if (not isinstance(parts, list) or not parts
+                    or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                               for p in parts)):
+                raise _bad("assign", raw, 'JSON like {"topicA": [0, 1], "topicB": [2]}')
+            assignment[topic] = tuple(sorted(set(parts)))
+
+    starting = _start_spec(opts, "starting", "latest" if streaming else "earliest", streaming)
+    assert starting is not None
+    ending = _start_spec(opts, "ending", None, streaming)
+    if streaming and ending is not None:
+        raise OptionError(f"option '{ending.option}' is not valid in streaming queries: it "
+                          "applies to batch reads (spark.read) only")
+    if not streaming:
+        if starting.kind == "latest":
+            raise _bad("startingOffsets", "latest",
+                       "'earliest' or JSON offsets for batch queries (not 'latest')")
+        if starting.kind == "offsets" and any(
+                o == LATEST for parts in starting.offsets.values() for o in parts.values()):
+            raise _bad("startingOffsets", opts.get("startingoffsets"),
+                       "offsets >= 0 or -2 (earliest) for batch queries; -1 (latest) is not "
+                       "allowed")
+        if ending is None:
+            ending = StartSpec("latest", option="endingOffsets")
+        if ending.kind == "earliest":
+            raise _bad("endingOffsets", "earliest",
+                       "'latest' or JSON offsets for batch queries (not 'earliest')")
+        if ending.kind == "offsets" and any(
+                o == EARLIEST for parts in ending.offsets.values() for o in parts.values()):
+            raise _bad("endingOffsets", opts.get("endingoffsets"),
+                       "offsets >= 0 or -1 (latest) for batch queries; -2 (earliest) is not "
+                       "allowed")
+
+    ts_strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
+    if ts_strategy not in ("error", "latest"):
+        raise _bad("startingOffsetsByTimestampStrategy", ts_strategy, "'error' or 'latest'")
+
+    fail_on_loss = _bool(opts, "failOnDataLoss", True)
+    raw_integrity = opts.get("integrity")
+    if raw_integrity is None:
+        integrity: Integrity = "strict" if fail_on_loss else "window"
+    else:
+        text = str(raw_integrity).strip().lower()
+        if text not in ("strict", "window", "none"):
+            raise _bad("integrity", raw_integrity, "'strict', 'window' or 'none'")
+        integrity = text  # type: ignore[assignment]
+        if integrity == "strict" and not fail_on_loss:
+            raise OptionError("option 'failOnDataLoss' = 'false' contradicts 'integrity' = "
+                              "'strict'; use integrity 'window' or 'none' to continue past loss")
+
+    max_per = _int(opts, "maxOffsetsPerTrigger")
+    min_per = _int(opts, "minOffsetsPerTrigger")
+    if max_per is not None and min_per is not None and min_per > max_per:
+        raise OptionError(f"option 'minOffsetsPerTrigger' ({min_per}) must not exceed "
+                          f"'maxOffsetsPerTrigger' ({max_per})")
+    min_parts = _int(opts, "minPartitions")
+    max_records = _int(opts, "maxRecordsPerPartition")
+    if integrity != "none":
+        for name, value in (("minPartitions", min_parts),
+                            ("maxRecordsPerPartition", max_records)):
+            if value is not None:
+                raise OptionError(
+                    f"option '{name}' splits a Kafka partition's range over several tasks, which "
+                    f"integrity '{integrity}' forbids (one task per partition, in order); set "
+                    "integrity 'none' to allow splitting")
+
+    _int(opts, "fetchOffset.numRetries", minimum=0)  # accepted for parity; brokerTimeoutMs
+    _int(opts, "fetchOffset.retryIntervalMs", minimum=0)  # bounds our retries instead
+    kafka_params = _kafka_params(opts)
+    group_prefix = str(opts.get("groupidprefix", "spark-kafka-source"))
+    group_id = kafka_params.pop("group.id", None) or f"{group_prefix}-{uuid.uuid4()}"
+    commit_group = opts.get("commitoffsetstogroup")
+    if commit_group is not None and not str(commit_group).strip():
+        raise _bad("commitOffsetsToGroup", commit_group, "a non-empty consumer group id")
+
+    return OrderedKafkaOptions(
+        bootstrap_servers=str(bootstrap).strip(),
+        strategy=strategy, topics=topics, pattern=pattern, assignment=assignment,
+        kafka_params=kafka_params, starting=starting, ending=ending,
+        starting_by_timestamp_strategy=ts_strategy,  # type: ignore[arg-type]
+        integrity=integrity,
+        max_offsets_per_trigger=max_per, min_offsets_per_trigger=min_per,
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60_000),
+        min_partitions=min_parts, max_records_per_partition=max_records,
+        include_headers=_bool(opts, "includeHeaders", False),
+        group_id=group_id,
+        poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
+        topic_discovery_interval_ms=_int(opts, "topicDiscoveryIntervalMs", minimum=0) or 0,
+        commit_group=str(commit_group).strip() if commit_group is not None else None,
+        broker_timeout_ms=_int(opts, "brokerTimeoutMs") or 120_000,
+        arrow_batch_max_records=_int(opts, "arrowBatchMaxRecords") or 10_000,
+        arrow_batch_max_bytes=_int(opts, "arrowBatchMaxBytes") or 16 * 1024 * 1024,
+    )

@@ -1,0 +1,318 @@
+"""The ``orderedkafka`` Python Data Source: what Spark calls (thin; the work is elsewhere).
+
+Usage::
+
+    df = (spark.readStream.format("orderedkafka")
+          .option("kafka.bootstrap.servers", "broker:9092")
+          .option("subscribePattern", "sessions-.*")
+          .load())
+
+Every record of every matching topic-partition is delivered exactly once per successful batch;
+each Kafka partition's range is read by one Spark task, in offset order (integrity 'strict' and
+'window'). Schema and options follow Spark's Kafka source. Batch reads: ``spark.read`` with
+``startingOffsets`` / ``endingOffsets``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from orderedstream.errors import OptionError
+from python_datasource.kafka_metadata import TP, KafkaMetadata, TopicInfo, resolve_spec
+from python_datasource.offsets import KafkaSourceOffset
+from python_datasource.options import OrderedKafkaOptions, parse_options
+from python_datasource.planning import (
+    Loss,
+    OffsetRange,
+    Snapshot,
+    advance,
+    backlog,
+    enforce,
+    plan_ranges,
+    rate_limit,
+)
+from python_datasource.reader import read_range
+
+log = logging.getLogger(__name__)
+
+
+def kafka_schema(include_headers: bool = False) -> StructType:
+    """Spark's Kafka source schema (all fields nullable, as Spark declares them)."""
+    fields = [StructField("key", BinaryType()), StructField("value", BinaryType()),
+              StructField("topic", StringType()), StructField("partition", IntegerType()),
+              StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+              StructField("timestampType", IntegerType())]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(StructType(
+            [StructField("key", StringType()), StructField("value", BinaryType())]))))
+    return StructType(fields)
+
+
+class KafkaInputPartition(InputPartition):
+    """One task's work: an :class:`OffsetRange` (plain data, pickled to the executor)."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(rng)
+        self.range = rng
+
+
+def _nested(offsets: Mapping[TP, int]) -> dict[str, dict[int, int]]:
+    out: dict[str, dict[int, int]] = {}
+    for (topic, partition), offset in offsets.items():
+        out.setdefault(topic, {})[partition] = offset
+    return out
+
+
+class _DriverState:
+    """Driver-only helpers shared by the batch and stream readers (never pickled)."""
+
+    options: OrderedKafkaOptions
+    _metadata: KafkaMetadata | None
+
+    @property
+    def metadata(self) -> KafkaMetadata:
+        if self._metadata is None:
+            self._metadata = KafkaMetadata(self.options)
+        return self._metadata
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Only the options travel to executors; clients and caches stay on the driver."""
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
+    def snapshot(self, topics: Mapping[str, TopicInfo]) -> Snapshot:
+        tps = [(t, p) for t, info in sorted(topics.items()) for p in info.partitions]
+        return Snapshot(topics, self.metadata.earliest(tps), self.metadata.latest(tps))
+
+    def starting_offsets(self, snap: Snapshot) -> dict[TP, int]:
+        """Resolve startingOffsets* into offsets; a start below the log start is loss."""
+        tps = [tp for tp in snap.partitions() if tp in snap.latest]
+        start = resolve_spec(self.metadata, self.options.starting, tps, snap.earliest,
+                             snap.latest, self.options.starting_by_timestamp_strategy)
+        losses = []
+        for tp, off in sorted(start.items()):
+            if off > snap.latest[tp]:
+                raise OptionError(f"option '{self.options.starting.option}': offset {off} for "
+                                  f"{tp[0]}-{tp[1]} is beyond the log end {snap.latest[tp]}")
+            if off < snap.earliest[tp]:
+                losses.append(Loss(tp[0], tp[1], "the requested start was deleted by "
+                                   f"retention (log starts at {snap.earliest[tp]})",
+                                   off, snap.earliest[tp]))
+                start[tp] = snap.earliest[tp]
+        enforce(losses, self.options.integrity, "starting offsets")
+        return start
+
+
+class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader. ``initialOffset``/``latestOffset``/``partitions``/``commit``/``stop``
+    run in Spark's one long-lived Python planner worker on the driver (so the admin client and
+    the topic cache are reused); ``read`` runs on executors on a pickled copy that carries only
+    the options."""
+
+    def __init__(self, options: OrderedKafkaOptions) -> None:
+        self.options = options
+        self._metadata = None
+        self._topics: dict[str, TopicInfo] | None = None
+        self._topics_at = 0.0
+        self._target: dict[TP, int] | None = None
+        self._last_trigger = time.monotonic()
+        self._latest: dict[TP, int] | None = None
+
+    # -- driver --------------------------------------------------------------------------
+    def _current_topics(self) -> dict[str, TopicInfo]:
+        """The subscription's topics, re-discovered every trigger or every
+        ``topicDiscoveryIntervalMs``."""
+        now = time.monotonic()
+        interval = self.options.topic_discovery_interval_ms / 1000
+        if self._topics is None or now - self._topics_at >= interval:
+            self._topics = self.metadata.topics()
+            self._topics_at = now
+        return self._topics
+
+    def initialOffset(self) -> dict:
+        """Driver: offsets of the first batch from startingOffsets* (new query only)."""
+        topics = self._current_topics()
+        snap = self.snapshot(topics)
+        start = self.starting_offsets(snap)
+        return KafkaSourceOffset(
+            offsets=_nested(start),
+            topic_ids={t: i.topic_id for t, i in topics.items()}).to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Driver: maxOffsetsPerTrigger as ReadMaxRows, else minOffsetsPerTrigger as
+        ReadMinRows (both are applied by :meth:`latestOffset` itself)."""
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Driver: fix the target (latest offsets now) that Trigger.AvailableNow reads up to."""
+        snap = self.snapshot(self._current_topics())
+        self._target = dict(snap.latest)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Driver: the end of the next batch. Finds new topics/partitions, checks integrity
+        against ``start`` (strict raises DataLossError), applies admission control."""
+        prev = KafkaSourceOffset.from_json(start)
+        snap = self.snapshot(self._current_topics())
+        self._latest = dict(snap.latest)
+        adv = advance(prev, snap, self._target)
+        if self.options.integrity == "strict":
+            enforce(adv.losses, "strict", "planning the next batch")
+        until = adv.until
+        if not isinstance(limit, ReadAllAvailable):
+            # minOffsetsPerTrigger is not applied under AvailableNow: it could wait forever
+            now = time.monotonic()
+            min_rows = self.options.min_offsets_per_trigger
+            if min_rows is not None and self._target is None and \
+                    backlog(adv.start, until) < min_rows and \
+                    now - self._last_trigger < self.options.max_trigger_delay_ms / 1000 and \
+                    not adv.losses and not adv.new_partitions:
+                return start
+            max_rows = (limit.max_rows if isinstance(limit, ReadMaxRows)
+                        else self.options.max_offsets_per_trigger)
+            if max_rows is not None:
+                until = rate_limit(adv.start, until, max_rows)
+        end = KafkaSourceOffset(
+            offsets=_nested(until),
+            topic_ids={t: snap.topics[t].topic_id for t, _ in until},
+            new_partitions=_nested(adv.new_partitions),
+            loss_events=prev.loss_events + len(adv.losses),
+            loss_records=prev.loss_records + sum(loss.records for loss in adv.losses))
+        if end.offsets == prev.offsets and end.topic_ids == prev.topic_ids and not adv.losses:
+            return start
+        enforce(adv.losses, self.options.integrity, "planning the next batch")
+        self._last_trigger = time.monotonic()
+        return end.to_json()
+
+    def reportLatestOffset(self) -> dict | None:
+        """Driver: the newest offsets seen (shown as ``latestOffset`` in query progress, so the
+        distance to ``endOffset`` is the lag)."""
+        if self._latest is None:
+            return None
+        return KafkaSourceOffset(offsets=_nested(self._latest)).to_json()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """Driver: one input partition per topic-partition range (split only under
+        integrity 'none'). Deterministic from ``start``/``end`` so replays read the same."""
+        ranges = plan_ranges(KafkaSourceOffset.from_json(start), KafkaSourceOffset.from_json(end),
+                             self.options.integrity, self.options.min_partitions,
+                             self.options.max_records_per_partition)
+        return [KafkaInputPartition(r) for r in ranges]
+
+    def commit(self, end: dict) -> None:
+        """Driver, after a batch completed: optionally publish offsets to a consumer group
+        (``commitOffsetsToGroup``) so Kafka's lag tools see progress. Failures only warn."""
+        group = self.options.commit_group
+        if group is None:
+            return
+        done = KafkaSourceOffset.from_json(end)
+        try:
+            self.metadata.commit_group_offsets(
+                group, {(t, p): o for t, parts in done.offsets.items() for p, o in parts.items()})
+        except Exception as exc:  # noqa: BLE001 - progress publishing must not fail the query
+            log.warning("orderedkafka: committing offsets to group %r failed: %r", group, exc)
+
+    def stop(self) -> None:
+        """Driver: release the admin client."""
+        if self._metadata is not None:
+            self._metadata.close()
+            self._metadata = None
+
+    # -- executor ------------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: Arrow batches of one range, in offset order (static and stateless)."""
+        assert isinstance(partition, KafkaInputPartition)
+        return read_range(partition.range, self.options)
+
+
+class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
+    """Batch reader for ``spark.read``: [startingOffsets, endingOffsets) of every partition.
+    ``partitions`` runs on the driver, ``read`` on executors (pickled copy: options only)."""
+
+    def __init__(self, options: OrderedKafkaOptions) -> None:
+        self.options = options
+        self._metadata = None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Driver: resolve start and end offsets and plan one range per partition."""
+        topics = self.metadata.topics()
+        snap = self.snapshot(topics)
+        start = self.starting_offsets(snap)
+        assert self.options.ending is not None
+        end = resolve_spec(self.metadata, self.options.ending, sorted(start), snap.earliest,
+                           snap.latest, "latest")
+        for tp, off in sorted(end.items()):
+            if off < start[tp]:
+                raise OptionError(f"option '{self.options.ending.option}': end {off} of "
+                                  f"{tp[0]}-{tp[1]} is before its start {start[tp]}")
+            if off > snap.latest[tp]:
+                raise OptionError(f"option '{self.options.ending.option}': end {off} of "
+                                  f"{tp[0]}-{tp[1]} is beyond the log end {snap.latest[tp]}")
+        ids = {t: i.topic_id for t, i in topics.items()}
+        ranges = plan_ranges(KafkaSourceOffset(_nested(start), ids),
+                             KafkaSourceOffset(_nested(end), ids), self.options.integrity,
+                             self.options.min_partitions, self.options.max_records_per_partition)
+        return [KafkaInputPartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: Arrow batches of one range, in offset order."""
+        assert isinstance(partition, KafkaInputPartition)
+        return read_range(partition.range, self.options)
+
+
+class OrderedKafkaDataSource(DataSource):
+    """``format("orderedkafka")``: Spark's Kafka source schema and options, read in offset
+    order per partition with integrity checks. Constructed on the driver (and pickled to
+    Python workers); options are validated when a reader is made."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "orderedkafka"
+
+    def schema(self) -> StructType:
+        include = str(self.options.get("includeHeaders", "false")).strip().lower()
+        if include not in ("true", "false"):
+            raise OptionError(f"option 'includeHeaders' = {include!r} is invalid: accepted "
+                              "'true' or 'false'")
+        return kafka_schema(include == "true")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """Driver: batch reader (``spark.read``)."""
+        return OrderedKafkaBatchReader(parse_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Driver: micro-batch reader (``spark.readStream``)."""
+        return OrderedKafkaStreamReader(parse_options(self.options, streaming=True))
