@@ -20,7 +20,11 @@ from orderedstream.job.messages import encode
 
 @dataclass(frozen=True)
 class GeneratorOptions:
-    """What to generate. ``late_sites`` topics appear only after half the records are sent."""
+    """What to generate. ``late_sites`` topics appear only after half the records are sent.
+
+    ``session_tag`` keeps session ids of several runs (waves) into the same topics apart;
+    ``rate`` paces production (records per second; None: as fast as possible).
+    """
 
     prefix: str = "sessions"
     sites: int = 3
@@ -33,6 +37,8 @@ class GeneratorOptions:
     end_fraction: float = 0.8
     bad_fraction: float = 0.01
     seed: int = 7
+    session_tag: str = ""
+    rate: float | None = None
 
     def site_names(self) -> list[str]:
         return [f"site{i:02d}" for i in range(self.sites + self.late_sites)]
@@ -55,7 +61,7 @@ class GeneratorStats:
 class _Session:
     def __init__(self, site: str, index: int, opts: GeneratorOptions, rng: random.Random) -> None:
         self.site = site
-        self.id = f"{site}-s{index:05d}"
+        self.id = f"{site}-{opts.session_tag}s{index:05d}"
         self.seq = 0
         self.rows: list[str] = []
         self.next_row = 0
@@ -100,7 +106,7 @@ class _Session:
 
 def _bad_record(rng: random.Random, site: str, n: int) -> tuple[bytes, bytes]:
     kind = rng.randrange(4)
-    key = f"{site}-bad{n}".encode()
+    key = f"{site}-bad{n}-{rng.randrange(1 << 30)}".encode()
     if kind == 0:
         return key, b"\xff\xfe not utf-8 \xc3\x28"
     if kind == 1:
@@ -131,6 +137,11 @@ def generate(bootstrap: str, opts: GeneratorOptions,
             failures.append(str(err))
 
     def send(topic: str, key: bytes, value: bytes) -> None:
+        if opts.rate:
+            ahead = stats.records / opts.rate - (time.monotonic() - started)
+            if ahead > 0:
+                producer.poll(0)
+                time.sleep(ahead)
         while True:
             try:
                 producer.produce(topic, key=key, value=value, on_delivery=on_delivery)

@@ -1,0 +1,364 @@
+"""The chaos run: the main job under kills and faults, then a verification against Kafka.
+
+The job runs as a separate process (``orderedstream run``), as in production. Between restarts
+one fault is injected at a random moment:
+
+- ``kill_driver``: SIGKILL the job's whole process group (driver, its JVM, Python workers);
+- ``kill_worker``: SIGKILL one Spark Python worker process (a task fails and is retried);
+- ``kill_broker``: SIGKILL the Kafka broker and restart it on the same data;
+- ``stop_s3``: stop SeaweedFS for a few seconds, then start it again;
+- ``s3_faults``: for a while, the S3 proxy answers 503/500, stalls, drops requests and drops
+  responses of requests that took effect.
+
+A job process that dies from a fault is restarted from its checkpoint; the time from its start
+to its next committed batch is its recovery time. At the end the faults stop, the job drains
+Kafka (Trigger.AvailableNow) and the output is compared with the topics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from orderedstream.chaos.s3proxy import FaultyS3Proxy
+from orderedstream.job.generator import GeneratorOptions, generate
+from orderedstream.job.pipeline import JobOptions
+from orderedstream.services.kafka import KafkaBroker
+from orderedstream.services.s3 import S3Server, s3_storage_options
+
+FAULTS = ("kill_driver", "kill_worker", "kill_broker", "stop_s3", "s3_faults")
+
+
+@dataclass
+class ChaosReport:
+    """What the run survived and what the verification found."""
+
+    faults: dict[str, int] = field(default_factory=dict)
+    job_restarts: int = 0
+    batches_committed: int = 0
+    records_generated: int = 0
+    records_checked: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    out_of_order: int = 0
+    dead_letters_missing: int = 0
+    wrong_final_tables: int = 0
+    recovery_seconds_median: float | None = None
+    recovery_seconds_max: float | None = None
+    s3_requests_faulted: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def total_faults(self) -> int:
+        return sum(self.faults.values())
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.out_of_order
+                    or self.dead_letters_missing or self.wrong_final_tables)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "total_faults": self.total_faults, "ok": self.ok}
+
+    def markdown(self) -> str:
+        lines = ["# Chaos run", "",
+                 f"- faults survived: {self.total_faults} "
+                 + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())),
+                 f"- job restarts from checkpoint: {self.job_restarts}",
+                 f"- S3 requests faulted by the proxy: {self.s3_requests_faulted}",
+                 f"- batches committed: {self.batches_committed}",
+                 f"- records generated: {self.records_generated}; changes checked: "
+                 f"{self.records_checked}",
+                 f"- lost {self.lost}, duplicated {self.duplicated}, out of order "
+                 f"{self.out_of_order}, dead letters missing {self.dead_letters_missing}, "
+                 f"wrong final tables {self.wrong_final_tables}",
+                 f"- recovery (fault over to the next committed batch): median "
+                 f"{self.recovery_seconds_median}s, max {self.recovery_seconds_max}s",
+                 f"- wall time {self.seconds:.0f}s", f"- verdict: {'OK' if self.ok else 'FAILED'}"]
+        lines += [f"  - {e}" for e in self.examples]
+        return "\n".join(lines) + "\n"
+
+
+class ChaosRun:
+    """Owns the services, the job process and the fault schedule of one chaos run."""
+
+    def __init__(self, workdir: Path, faults: int, seed: int, gen: GeneratorOptions,
+                 max_offsets_per_trigger: int = 1500, out: Any = print) -> None:
+        self._stop_producing = threading.Event()
+        self.workdir = workdir
+        self.n_faults = faults
+        self.rng = random.Random(seed)
+        self.gen = gen
+        self.max_offsets = max_offsets_per_trigger
+        self.out = out
+        self.report = ChaosReport()
+        self.kafka = KafkaBroker(workdir / "kafka")
+        self.s3 = S3Server(workdir / "s3")
+        self.proxy: FaultyS3Proxy | None = None
+        self.job: subprocess.Popen[bytes] | None = None
+        self.job_started = 0.0
+        self.recoveries: list[float] = []
+        self.opts: JobOptions | None = None
+
+    # ---- services and the job process -------------------------------------------------------
+    def _log_commits(self) -> Any:
+        from sinks.commitlog import CommitLog
+
+        assert self.opts is not None
+        return CommitLog(self.opts.output, s3_storage_options(self.s3.endpoint))
+
+    def _latest_batch(self) -> int:
+        try:
+            latest = self._log_commits().latest()
+        except Exception:  # noqa: BLE001 - S3 may be down on purpose
+            return -2
+        return -1 if latest is None else latest
+
+    def start_job(self, available_now: bool = False) -> None:
+        assert self.opts is not None and self.proxy is not None
+        argv = [sys.executable, "-m", "orderedstream.cli", "run",
+                "--bootstrap-servers", self.opts.bootstrap, "--output", self.opts.output,
+                "--state", self.opts.state_location, "--checkpoint", self.opts.checkpoint,
+                "--topic-pattern", self.opts.topic_pattern, "--s3-endpoint", self.proxy.endpoint,
+                "--master", "local[2,4]", "--trigger", "1 second", "--progress-every", "5",
+                "--max-offsets-per-trigger", str(self.max_offsets)]
+        if available_now:
+            argv.append("--available-now")
+        log = open(self.workdir / "job.log", "ab")  # noqa: SIM115 - owned by the child
+        log.write(f"\n=== job start {time.strftime('%X')} {' '.join(argv[3:])}\n".encode())
+        log.flush()
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+               "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local")}
+        self.job = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        log.close()
+        self.job_started = time.monotonic()
+
+    def job_alive(self) -> bool:
+        return self.job is not None and self.job.poll() is None
+
+    def kill_job(self) -> None:
+        if self.job is not None and self.job.poll() is None:
+            os.killpg(self.job.pid, signal.SIGKILL)
+            self.job.wait(30)
+
+    def ensure_job(self, since: float | None = None) -> None:
+        """Restart the job if a fault killed it; wait for its next committed batch. The time
+        from ``since`` (when the last fault ended) to that batch is a recovery time."""
+        if not self.job_alive():
+            self.report.job_restarts += 1
+            self.start_job()
+        before = self._latest_batch()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            latest = self._latest_batch()
+            if latest > before >= -1 or (latest >= 0 and before == -2):
+                if since is not None:
+                    self.recoveries.append(round(time.monotonic() - since, 1))
+                return
+            if not self.job_alive():
+                self.report.job_restarts += 1
+                self.start_job()
+            time.sleep(0.5)
+        raise RuntimeError(f"the job committed no batch for 300s; see {self.workdir}/job.log")
+
+    # ---- faults --------------------------------------------------------------------------------
+    def inject(self, fault: str) -> None:
+        assert self.proxy is not None
+        time.sleep(self.rng.uniform(0.2, 4.0))  # a random moment of the running batch
+        if fault == "kill_driver":
+            self.kill_job()
+        elif fault == "kill_worker":
+            workers = self._python_workers()
+            if not workers:
+                fault = "kill_driver"
+                self.kill_job()
+            else:
+                self.rng.choice(workers).kill()
+        elif fault == "kill_broker":
+            self.kafka.kill()
+            time.sleep(self.rng.uniform(1, 5))
+            self.kafka.restart()
+        elif fault == "stop_s3":
+            self.s3.kill()
+            time.sleep(self.rng.uniform(1, 5))
+            self.s3.restart()
+        elif fault == "s3_faults":
+            self.proxy.rates.slow_down = 0.15
+            self.proxy.rates.internal_error = 0.05
+            self.proxy.rates.stall = 0.05
+            self.proxy.rates.stall_seconds = 2.0
+            self.proxy.rates.drop_request = 0.03
+            self.proxy.rates.drop_response = 0.05
+            time.sleep(self.rng.uniform(4, 10))
+            self.proxy.rates = type(self.proxy.rates)()
+        self.report.faults[fault] = self.report.faults.get(fault, 0) + 1
+        self.out(f"[chaos] {sum(self.report.faults.values()):3d} {fault:12s} "
+                 f"(job {'alive' if self.job_alive() else 'dead'})")
+
+    def _python_workers(self) -> list[psutil.Process]:
+        if not self.job_alive() or self.job is None:
+            return []
+        try:
+            tree = psutil.Process(self.job.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        found = []
+        for proc in tree:
+            try:
+                cmd = " ".join(proc.cmdline())
+            except psutil.Error:
+                continue
+            if "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+                found.append(proc)
+        # Forked workers are children of the daemon; prefer them over the daemon itself.
+        children = [p for p in found if p.ppid() in {q.pid for q in found}]
+        return children or found
+
+    # ---- data keeps flowing while faults happen ------------------------------------------------
+    _stop_producing = threading.Event()
+    _producer_error: BaseException | None = None
+
+    def _create_topic(self, name: str, partitions: int) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            self.kafka.create_topic(name, partitions)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+
+    def _topics_exist(self) -> bool:
+        try:
+            topics = self.kafka.admin().list_topics(timeout=5).topics
+        except Exception:  # noqa: BLE001 - broker starting
+            return False
+        return any(t.startswith(f"{self.gen.prefix}-") for t in topics)
+
+    def _produce_waves(self) -> None:
+        """Generate waves of sessions (paced) until told to stop; wave 0 adds a late topic."""
+        wave = 0
+        try:
+            while not self._stop_producing.is_set():
+                opts = self.gen if wave == 0 else replace(
+                    self.gen, sites=self.gen.sites + self.gen.late_sites, late_sites=0,
+                    seed=self.gen.seed + wave, session_tag=f"w{wave}")
+                stats = generate(self.kafka.bootstrap, opts, create_topic=self._create_topic)
+                self.report.records_generated += stats.records
+                wave += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by run()
+            self._producer_error = exc
+
+    # ---- the run -----------------------------------------------------------------------------
+    def run(self) -> ChaosReport:
+        began = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.kafka.start()
+        self.s3.start()
+        self.proxy = FaultyS3Proxy(self.s3.port, seed=self.rng.randrange(1 << 30)).start()
+        base = f"s3://{self.s3.bucket}/chaos"
+        self.opts = JobOptions(bootstrap=self.kafka.bootstrap, output=f"{base}/output",
+                               state_location=f"{base}/state",
+                               checkpoint=str(self.workdir / "checkpoint"),
+                               topic_pattern=f"{self.gen.prefix}-.*")
+        try:
+            producer = threading.Thread(target=self._produce_waves, name="chaos-generator",
+                                        daemon=True)
+            producer.start()
+            while not self._topics_exist():
+                time.sleep(0.2)
+            self.start_job()
+            schedule = [FAULTS[i % len(FAULTS)] for i in range(self.n_faults)]
+            self.rng.shuffle(schedule)
+            fault_ended: float | None = None
+            for fault in schedule:
+                self.ensure_job(since=fault_ended)
+                self.inject(fault)
+                fault_ended = time.monotonic()
+            self.ensure_job(since=fault_ended)
+            self._stop_producing.set()
+            producer.join(timeout=600)
+            if self._producer_error is not None:
+                raise RuntimeError("the chaos generator failed") from self._producer_error
+            self.kill_job()
+            self.proxy.rates = type(self.proxy.rates)()
+            self.out(f"[chaos] faults done; {self.report.records_generated} records generated; "
+                     "draining Kafka with Trigger.AvailableNow")
+            self.start_job(available_now=True)
+            assert self.job is not None
+            code = self.job.wait(1800)
+            if code != 0:
+                raise RuntimeError(f"the final drain run exited {code}; see {self.workdir}/job.log")
+            self._verify()
+        finally:
+            self.kill_job()
+            self.proxy.stop()
+            self.kafka.kill()
+            self.s3.kill()
+        self.report.s3_requests_faulted = {k: v for k, v in self.proxy.counts.items()
+                                           if k != "pass"}
+        if self.recoveries:
+            self.report.recovery_seconds_median = statistics.median(self.recoveries)
+            self.report.recovery_seconds_max = max(self.recoveries)
+        self.report.seconds = time.monotonic() - began
+        return self.report
+
+    def _verify(self) -> None:
+        from orderedstream.job.demo import verify_output
+        from orderedstream.job.pipeline import make_processor
+
+        assert self.opts is not None
+        opts = JobOptions(**{**asdict(self.opts),
+                             "storage_options": s3_storage_options(self.s3.endpoint)})
+        processor = make_processor(opts)
+        verdict = verify_output(processor, opts)
+        latest = processor.log.latest()
+        self.report.batches_committed = 0 if latest is None else latest + 1
+        self.report.records_checked = verdict.checked
+        for name in ("lost", "duplicated", "out_of_order", "dead_letters_missing",
+                     "wrong_final_tables"):
+            setattr(self.report, name, getattr(verdict, name))
+        self.report.examples = verdict.examples
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m orderedstream.chaos", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--faults", type=int, default=50, help="faults to inject (default 50)")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--workdir", type=Path, help="services, job log and report go here")
+    parser.add_argument("--sessions", type=int, default=10, help="sessions per site and wave")
+    parser.add_argument("--updates", type=int, default=60, help="changes per session")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=1500)
+    parser.add_argument("--rate", type=float, default=150.0,
+                        help="records per second produced while faults happen")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="orderedstream-chaos-"))
+    gen = GeneratorOptions(prefix="chaos", sites=3, late_sites=1, partitions=3,
+                           sessions_per_site=args.sessions, rows=10, updates=args.updates,
+                           seed=args.seed, rate=args.rate)
+    run = ChaosRun(workdir, args.faults, args.seed, gen, args.max_offsets_per_trigger,
+                   out=lambda line: print(line, flush=True))
+    report = run.run()
+    (workdir / "chaos-report.json").write_text(json.dumps(report.as_dict(), indent=2))
+    (workdir / "chaos-report.md").write_text(report.markdown())
+    print(report.markdown())
+    print(f"[chaos] report: {workdir}/chaos-report.md")
+    return 0 if report.ok else 1
