@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -25,6 +26,14 @@ from fixtures import (  # noqa: E402,F401
 )
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    # SIGTERM would skip fixture teardown and leave brokers behind: turn it into an exit.
+    raise SystemExit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, _terminate)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -247,4 +247,7 @@ def _kafka_cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:  # an id starting with "-" would read as an option to StorageTool
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id

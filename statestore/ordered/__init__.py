@@ -1,0 +1,41 @@
+"""Ordered stateful processing of Kafka partitions on top of the state store (no shuffle).
+
+``OrderedStateful`` is a ``foreachBatch`` function: each Kafka partition's records of a
+micro-batch run through a user function in offset order on the executors (one narrow
+``mapInArrow`` stage), with per-key state (``GroupState``), processing-time and event-time
+timeouts, Parquet output and state versions published together in one exclusive commit
+record per batch: a replayed batch is skipped, output and state never disagree.
+
+    from statestore.ordered import OrderedStateful, ProcessingTimeTimeout
+
+See ``statestore.ordered.processor`` for a full example.
+"""
+
+from __future__ import annotations
+
+from statestore.ordered.group_state import NO_TIMESTAMP, GroupState
+from statestore.ordered.options import OrderedOptions
+from statestore.ordered.plan import BatchPlan, PartitionBase, PartitionCommit
+from statestore.ordered.processor import BatchResult, OrderedStateful, to_arrow_schema
+from statestore.ordered.timeouts import (
+    EventTimeTimeout,
+    NoTimeout,
+    ProcessingTimeTimeout,
+    parse_duration_ms,
+)
+
+__all__ = [
+    "NO_TIMESTAMP",
+    "BatchPlan",
+    "BatchResult",
+    "EventTimeTimeout",
+    "GroupState",
+    "NoTimeout",
+    "OrderedOptions",
+    "OrderedStateful",
+    "PartitionBase",
+    "PartitionCommit",
+    "ProcessingTimeTimeout",
+    "parse_duration_ms",
+    "to_arrow_schema",
+]

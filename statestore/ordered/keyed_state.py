@@ -1,0 +1,158 @@
+"""Per-key state of one Kafka partition over a ``StatePartition``: a bounded cache + timeouts.
+
+Runs on executors, inside the ordered stage's task. Layout in the partition:
+
+- space ``ordered_state``: ``encoded key -> (value, timeout_ms | None)`` (pickle codec);
+- space ``ordered_timeouts``: ``big-endian timeout_ms + encoded key -> b""`` (bytes codec),
+  so a timeout pass reads only the keys whose timeout passed, in timeout order.
+
+Decoded values of recently used keys stay in a dict; changed ("dirty") entries are written
+through one WriteBatch (``put_many``) when the dict reaches ``max_cached`` entries and at the
+end of the batch, so memory is bounded by ``max_cached`` whatever the number of keys.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from statestore.base import StatePartition
+
+STATE_SPACE = "ordered_state"
+TIMEOUT_SPACE = "ordered_timeouts"
+_BE64 = struct.Struct(">q")
+_TIMEOUT_CHUNK = 1024
+
+
+def encode_key(key: Any) -> bytes:
+    """Bytes of a grouping key; the first byte tags the type so decoding is exact."""
+    if key is None:
+        return b"n"
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return b"b" + bytes(key)
+    if isinstance(key, str):
+        return b"s" + key.encode()
+    return b"p" + pickle.dumps(key, protocol=5)
+
+
+def decode_key(data: bytes) -> Any:
+    tag, rest = data[:1], data[1:]
+    if tag == b"n":
+        return None
+    if tag == b"b":
+        return rest
+    if tag == b"s":
+        return rest.decode()
+    return pickle.loads(rest)
+
+
+@dataclass
+class StateEntry:
+    """One key's state as the user function sees it, plus what is persisted for it."""
+
+    value: Any = None
+    exists: bool = False
+    timeout_ms: int | None = None
+    persisted_timeout_ms: int | None = None
+    dirty: bool = False
+
+
+class KeyedStateTable:
+    """Bounded cache of decoded per-key state over one open ``StatePartition``.
+
+    Not thread-safe; owned by the task that opened the partition.
+    """
+
+    def __init__(self, part: StatePartition, max_cached: int = 10_000) -> None:
+        self.part = part
+        self.max_cached = max(1, int(max_cached))
+        self._cache: dict[bytes, StateEntry] = {}
+        self.flushes = 0
+        self.loads = 0
+
+    def load(self, key: bytes) -> StateEntry:
+        """The entry of ``key`` (from the cache, else the store; absent keys are empty)."""
+        entry = self._cache.get(key)
+        if entry is not None:
+            return entry
+        if len(self._cache) >= self.max_cached:
+            self.flush(evict=True)
+        self.loads += 1
+        stored = self.part.get(key, space=STATE_SPACE)
+        if stored is None:
+            entry = StateEntry()
+        else:
+            value, timeout_ms = stored
+            entry = StateEntry(value=value, exists=True, timeout_ms=timeout_ms,
+                               persisted_timeout_ms=timeout_ms)
+        self._cache[key] = entry
+        return entry
+
+    def flush(self, evict: bool = False) -> None:
+        """Write dirty entries through WriteBatches; with ``evict`` also empty the cache."""
+        puts: list[tuple[bytes, Any]] = []
+        deletes: list[bytes] = []
+        index_puts: list[tuple[bytes, bytes]] = []
+        index_deletes: list[bytes] = []
+        for key, entry in self._cache.items():
+            if not entry.dirty:
+                continue
+            if entry.exists:
+                puts.append((key, (entry.value, entry.timeout_ms)))
+            else:
+                deletes.append(key)
+                entry.timeout_ms = None
+            if entry.persisted_timeout_ms != entry.timeout_ms:
+                if entry.persisted_timeout_ms is not None:
+                    index_deletes.append(_BE64.pack(entry.persisted_timeout_ms) + key)
+                if entry.timeout_ms is not None:
+                    index_puts.append((_BE64.pack(entry.timeout_ms) + key, b""))
+                entry.persisted_timeout_ms = entry.timeout_ms
+            entry.dirty = False
+        if puts:
+            self.part.put_many(puts, space=STATE_SPACE)
+        for key in deletes:
+            self.part.delete(key, space=STATE_SPACE)
+        for key in index_deletes:
+            self.part.delete(key, space=TIMEOUT_SPACE)
+        if index_puts:
+            self.part.put_many(index_puts, space=TIMEOUT_SPACE)
+        if puts or deletes:
+            self.flushes += 1
+        if evict:
+            self._cache.clear()
+
+    def expired(self, threshold_ms: int) -> Iterator[bytes]:
+        """Keys whose timeout is ``< threshold_ms``, in timeout order, each at most once.
+
+        Reads the timeout index in chunks and flushes between chunks, so the caller may change
+        entries (and their timeouts) while iterating; a timeout set below the threshold during
+        the pass is not revisited in it.
+        """
+        self.flush()
+        end = _BE64.pack(max(threshold_ms, 0))
+        start = b""
+        while True:
+            chunk = [k for k, _ in itertools.islice(
+                self.part.range(start or None, end, space=TIMEOUT_SPACE), _TIMEOUT_CHUNK)]
+            if not chunk:
+                return
+            for index_key in chunk:
+                key = index_key[8:]
+                entry = self.load(key)
+                timeout = _BE64.unpack(index_key[:8])[0]
+                if entry.exists and entry.timeout_ms == timeout:
+                    yield key
+            self.flush()
+            start = chunk[-1] + b"\x00"
+
+    def next_timeout_ms(self) -> int | None:
+        """The earliest timeout of any key (after a flush), or None when no key has one."""
+        self.flush()
+        for index_key, _ in self.part.range(space=TIMEOUT_SPACE):
+            return int(_BE64.unpack(index_key[:8])[0])
+        return None

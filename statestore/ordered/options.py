@@ -1,0 +1,106 @@
+"""``OrderedOptions``: everything the ordered stage needs, validated once, frozen, picklable.
+
+Built on the driver by ``OrderedStateful`` and shipped (pickled) to every task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from orderedstream.errors import OptionError
+from statestore.ordered.timeouts import (
+    EventTimeTimeout,
+    NoTimeout,
+    ProcessingTimeTimeout,
+    Timeout,
+)
+
+KAFKA_COLUMNS = ("topic", "partition", "offset")
+
+
+@dataclass(frozen=True)
+class OrderedOptions:
+    """How the ordered stage reads, keeps state and writes output.
+
+    - ``state_location``: fsspec URL under which each topic's state lives
+      (``<state_location>/topic=<topic>/p=<partition>/...``).
+    - ``output``: fsspec URL of the output table (Parquet files + the commit log whose
+      per-batch record also publishes the state versions).
+    - ``output_schema``: Arrow schema of the rows the user function returns.
+    - ``key``: input column whose value groups state (Kafka's message ``key`` by default);
+      None keeps ONE state per Kafka partition (the function then gets ``key=None``).
+    - ``timeout``: ``NoTimeout()``, ``ProcessingTimeTimeout(default=None)`` or
+      ``EventTimeTimeout(delay, column="timestamp")``.
+    - ``columns``: input columns decoded into each record dict (None: all of them).
+    - ``max_cached_keys``: decoded state entries kept per task before a flush (memory bound).
+    - ``output_batch_rows``: output rows buffered before an Arrow batch goes to the writer.
+    - ``storage_options``: fsspec options for both URLs (e.g. s3fs endpoint and keys).
+    - ``writer_options``: extra keyword options of ``sinks.writer`` (file size, compression).
+    - ``store_options``: extra ``StateStoreOptions`` fields (``local_dir``, cache sizes).
+    """
+
+    state_location: str
+    output: str
+    output_schema: pa.Schema
+    key: str | None = "key"
+    timeout: Timeout = field(default_factory=NoTimeout)
+    columns: tuple[str, ...] | None = None
+    max_cached_keys: int = 10_000
+    output_batch_rows: int = 8_192
+    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    query_name: str = "ordered"
+    writer_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    store_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        for name in ("state_location", "output"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or "://" not in value and not value.startswith("/"):
+                raise OptionError(f"OrderedStateful({name}={value!r}): an fsspec URL is "
+                                  "required, e.g. s3://bucket/path or file:///tmp/path")
+            object.__setattr__(self, name, value.rstrip("/"))
+        if self.state_location == self.output:
+            raise OptionError("OrderedStateful: state_location and output must differ "
+                              f"(both are {self.output!r})")
+        if not isinstance(self.output_schema, pa.Schema) or len(self.output_schema) == 0:
+            raise OptionError("OrderedStateful(output_schema=...): a non-empty schema is "
+                              "required (pyarrow.Schema, Spark StructType or DDL string)")
+        if self.key is not None and (not isinstance(self.key, str) or not self.key):
+            raise OptionError(f"OrderedStateful(key={self.key!r}): a column name or None "
+                              "(one state per Kafka partition)")
+        if not isinstance(self.timeout, (NoTimeout, ProcessingTimeTimeout, EventTimeTimeout)):
+            raise OptionError(f"OrderedStateful(timeout={self.timeout!r}): accepted are "
+                              "NoTimeout(), ProcessingTimeTimeout(...), EventTimeTimeout(...)")
+        for name in ("max_cached_keys", "output_batch_rows"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise OptionError(f"OrderedStateful({name}={value!r}): a positive integer")
+        if self.columns is not None:
+            object.__setattr__(self, "columns", tuple(self.columns))
+        object.__setattr__(self, "storage_options", dict(self.storage_options))
+        object.__setattr__(self, "writer_options", dict(self.writer_options))
+        object.__setattr__(self, "store_options", dict(self.store_options))
+
+    def required_columns(self) -> list[str]:
+        """Input columns the stage reads: Kafka coordinates, the key, event time, records."""
+        wanted = list(KAFKA_COLUMNS)
+        if self.key is not None:
+            wanted.append(self.key)
+        if isinstance(self.timeout, EventTimeTimeout):
+            wanted.append(self.timeout.column)
+        if self.columns is not None:
+            wanted.extend(self.columns)
+        return list(dict.fromkeys(wanted))
+
+    def check_input(self, names: list[str]) -> None:
+        """Raise a clear error when the input DataFrame lacks a column the stage needs."""
+        missing = [c for c in self.required_columns() if c not in names]
+        if missing:
+            raise OptionError(
+                f"the ordered stage needs input columns {missing}, the batch has {names}. "
+                "Feed it the orderedkafka source's rows (topic, partition, offset, key, ...) "
+                "or set key=/columns=/EventTimeTimeout(column=) to existing columns")

@@ -1,0 +1,274 @@
+"""``OrderedStateful``: ordered, exactly-once stateful processing of Kafka partitions, used as
+the ``foreachBatch`` function of a streaming query (driver side).
+
+Usage::
+
+    def sessions(key, record, state):          # called per record, in offset order
+        if state.has_timed_out:                # a timeout call: record is None
+            state.remove()
+            return [(key, "closed")]
+        count = state.get_option(0) + 1
+        state.update(count)
+        state.set_timeout_duration("1 hour")
+        return [(key, f"seen {count}")]
+
+    processor = OrderedStateful(
+        sessions, state_location="s3://lake/state/q1", output="s3://lake/tables/q1",
+        output_schema="key binary, status string", timeout=ProcessingTimeTimeout(),
+        storage_options={...})
+    (spark.readStream.format("orderedkafka").option("subscribe", "t").load()
+        .writeStream.foreachBatch(processor.process_batch)
+        .option("checkpointLocation", ...).start())
+
+Per batch N: if N's commit record exists (a replay after a crash), nothing is done. Otherwise
+one narrow ``mapInArrow`` stage runs every Kafka partition's records through the function on
+the executors (no shuffle), writing output files and a state candidate per partition; then
+the driver creates N's commit record exclusively: the output files plus, for every Kafka
+partition, the manifest that is its state version (the full map, carried forward, so a
+partition idle for many batches still loads with one read). Output and state can never
+disagree: both come from the attempt the record names.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from orderedstream.errors import CommitConflictError, OptionError, OrderViolationError
+from sinks.commitlog import CommitLog, CommitRecord, Epoch
+from sinks.options import FencedParquetOptions
+from sinks.schema import encode_schema, spark_to_arrow
+from sinks.table import FencedTable
+from statestore.ordered.keyed_state import STATE_SPACE, decode_key
+from statestore.ordered.options import OrderedOptions
+from statestore.ordered.plan import (
+    BatchPlan,
+    PartitionBase,
+    PartitionCommit,
+    advance,
+    bases_from_extra,
+    extra_for,
+    partition_id,
+    split_partition_id,
+)
+from statestore.ordered.runner import COMMIT_SCHEMA, OrderedTask, UserFunction
+from statestore.ordered.state_access import open_store
+from statestore.ordered.timeouts import NoTimeout, Timeout
+
+DEFAULT_ROW_GROUP_ROWS = 131_072
+
+
+def to_arrow_schema(schema: Any) -> pa.Schema:
+    """An Arrow schema from a pyarrow Schema, a Spark StructType or a DDL string."""
+    if isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, str):
+        from pyspark.sql.types import _parse_datatype_string
+
+        try:
+            schema = _parse_datatype_string(schema)
+        except Exception as exc:  # noqa: BLE001 - pyspark raises several kinds
+            raise OptionError(f"output_schema {schema!r} could not be parsed as a DDL schema "
+                              "('name type, ...'; DDL strings need an active SparkSession, "
+                              f"a pyarrow.Schema does not): {exc}") from exc
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return spark_to_arrow(schema)
+    raise OptionError(f"output_schema must be a pyarrow.Schema, a Spark StructType or a DDL "
+                      f"string, got {type(schema).__name__}")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What ``process_batch`` did for one batch (driver side)."""
+
+    batch_id: int
+    skipped: bool
+    record: CommitRecord
+    commits: tuple[PartitionCommit, ...] = ()
+
+    @property
+    def records(self) -> int:
+        return sum(c.records for c in self.commits)
+
+    @property
+    def output_rows(self) -> int:
+        return self.record.rows
+
+    @property
+    def executors(self) -> dict[str, str | None]:
+        """Kafka partition -> executor that committed its state in this batch."""
+        return {c.partition_id: c.executor for c in self.commits}
+
+
+class OrderedStateful:
+    """Ordered stateful processing of each Kafka partition, one ``foreachBatch`` call per batch.
+
+    ``func(key, record, state) -> iterable of rows | None`` runs on executors, once per record
+    in offset order (``record`` a dict of the input columns) and once per timed-out key
+    (``record`` None, ``state.has_timed_out`` True). It must be picklable (cloudpickle).
+    Rows are tuples in ``output_schema`` order or dicts by field name.
+
+    Keyword options: see ``OrderedOptions``; ``output_schema`` also takes a Spark StructType or
+    DDL string; ``writer_options`` are ``fencedparquet`` options (``partitionBy``,
+    ``compression``, ``targetFileSize``, ...). ``writer_id`` names this query in the commit
+    records; every ``OrderedStateful`` instance claims a new writer epoch on its first batch,
+    which fences any older instance (a zombie driver) writing to the same output.
+    """
+
+    def __init__(self, func: UserFunction, *, state_location: str, output: str,
+                 output_schema: Any, key: str | None = "key", timeout: Timeout | None = None,
+                 columns: list[str] | tuple[str, ...] | None = None,
+                 storage_options: Mapping[str, Any] | None = None,
+                 writer_id: str = "ordered", max_cached_keys: int = 10_000,
+                 output_batch_rows: int = 8_192,
+                 writer_options: Mapping[str, Any] | None = None,
+                 store_options: Mapping[str, Any] | None = None) -> None:
+        if not callable(func):
+            raise OptionError(f"OrderedStateful(func=...) must be callable, got {func!r}")
+        self.func = func
+        self.options = OrderedOptions(
+            state_location=state_location, output=output,
+            output_schema=to_arrow_schema(output_schema), key=key,
+            timeout=timeout or NoTimeout(), columns=None if columns is None else tuple(columns),
+            max_cached_keys=max_cached_keys, output_batch_rows=output_batch_rows,
+            storage_options=dict(storage_options or {}), query_name=writer_id,
+            writer_options=dict(writer_options or {}), store_options=dict(store_options or {}))
+        sink_options = {"row_group_rows": DEFAULT_ROW_GROUP_ROWS, **dict(writer_options or {})}
+        self.sink = FencedParquetOptions.from_mapping(
+            sink_options, path=self.options.output,
+            storage_options=self.options.storage_options, writer_id=writer_id)
+        self._log: CommitLog | None = None
+        self._epoch: Epoch | None = None
+        self.last_result: BatchResult | None = None
+
+    # ---- driver-side helpers -----------------------------------------------------------
+    @property
+    def log(self) -> CommitLog:
+        """The output table's commit log (also the state's version index)."""
+        if self._log is None:
+            self._log = CommitLog(self.options.output, self.options.storage_options)
+        return self._log
+
+    def table(self) -> FencedTable:
+        """The committed output (pyarrow dataset, ``to_arrow()``, Spark metadata)."""
+        return FencedTable(self.options.output, log=self.log)
+
+    def partition_states(self, batch_id: int | None = None) -> dict[str, PartitionBase]:
+        """Kafka partition -> its state as committed by batch ``batch_id`` (default latest)."""
+        record = (self.log.latest_batch_record() if batch_id is None
+                  else self.log.get(batch_id))
+        return {} if record is None else bases_from_extra(record.extra)
+
+    def read_state(self, topic: str, partition: int, batch_id: int | None = None,
+                   ) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` pairs of one Kafka partition's state as committed by ``batch_id``
+        (default: the latest batch), streamed from a private read-only copy."""
+        pid = partition_id(topic, partition)
+        base = self.partition_states(batch_id).get(pid)
+        if base is None:
+            return iter(())
+        return read_state(self.options, base, pid)
+
+    def _bases_before(self, batch_id: int) -> dict[str, PartitionBase]:
+        latest = self.log.latest_batch_record()
+        if latest is None:
+            return {}
+        assert latest.batch_id is not None
+        if latest.batch_id > batch_id:
+            raise CommitConflictError(
+                f"batch {batch_id} arrived but batch {latest.batch_id} is already committed "
+                f"at {self.options.output}: batch ids must grow. A query with a fresh "
+                "checkpoint needs a fresh output and state_location")
+        return bases_from_extra(latest.extra)
+
+    # ---- the foreachBatch function -----------------------------------------------------
+    def process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
+        """Process micro-batch ``batch_id`` exactly once; use as ``foreachBatch``'s function.
+
+        Runs on the driver; the ordered stage it starts runs on the executors.
+        """
+        batch_id = int(batch_id)
+        existing = self.log.get(batch_id)
+        if existing is not None:
+            self.last_result = BatchResult(batch_id, True, existing)
+            return self.last_result
+        if self._epoch is None:
+            self._epoch = self.log.claim_epoch(f"{self.options.query_name}-{uuid.uuid4().hex[:8]}")
+        else:
+            self.log.check_epoch(self._epoch)
+        self.options.check_input(list(batch_df.columns))
+        bases = self._bases_before(batch_id)
+        now_ms = int(time.time() * 1000)
+        plan = BatchPlan(batch_id=batch_id, processing_time_ms=now_ms, bases=bases)
+        task = OrderedTask(self.options, self.func, plan, self.sink)
+        frame = batch_df
+        if self.options.columns is not None:
+            frame = batch_df.select(*self.options.required_columns())
+        rows = frame.mapInArrow(task, _commit_ddl()).collect()
+        commits = [PartitionCommit.from_json(row["commit"]) for row in rows]
+        commits += self._run_due_timeouts(batch_df.sparkSession, task, bases,
+                                          {c.partition_id for c in commits}, plan)
+        seen: dict[str, PartitionCommit] = {}
+        for commit in commits:
+            if commit.partition_id in seen:
+                raise OrderViolationError(
+                    f"Kafka {commit.partition_id} was processed by two tasks in batch "
+                    f"{batch_id} ({seen[commit.partition_id].task_attempt} and "
+                    f"{commit.task_attempt}): its records were split across Spark partitions. "
+                    "Feed the stage one input partition per Kafka partition (orderedkafka "
+                    "without minPartitions / maxRecordsPerPartition, no repartition)")
+            seen[commit.partition_id] = commit
+        files = [f for c in commits for f in c.files]
+        record = self.log.commit(batch_id, self._epoch, files,
+                                 extra=extra_for(advance(bases, commits), batch_id, commits),
+                                 schema=encode_schema(self.options.output_schema))
+        self.table().sync_spark_metadata(interval=self.sink.metadata_compact_interval)
+        self.last_result = BatchResult(batch_id, False, record, tuple(commits))
+        return self.last_result
+
+    foreach_batch = process_batch
+
+    def _run_due_timeouts(self, spark: Any, task: OrderedTask,
+                          bases: Mapping[str, PartitionBase], processed: set[str],
+                          plan: BatchPlan) -> list[PartitionCommit]:
+        """Processing-time timeouts of Kafka partitions that got no records in this batch.
+
+        (Event-time watermarks advance only with a partition's own records, so an idle
+        partition has nothing new to time out.)
+        """
+        if self.options.timeout.kind != "processing":
+            return []
+        due = sorted(pid for pid, base in bases.items()
+                     if pid not in processed and base.next_timeout_ms is not None
+                     and base.next_timeout_ms < plan.processing_time_ms)
+        if not due:
+            return []
+        rdd = spark.sparkContext.parallelize(due, len(due))
+        return [PartitionCommit.from_json(text)
+                for text in rdd.map(lambda pid: task.run_timeouts_only(pid).to_json()).collect()]
+
+
+def _commit_ddl() -> str:
+    return ", ".join(f"{f.name} string" for f in COMMIT_SCHEMA)
+
+
+def read_state(options: OrderedOptions, base: PartitionBase, pid: str,
+               ) -> Iterator[tuple[Any, Any]]:
+    """``(key, value)`` of every key of Kafka partition ``pid`` at the version ``base`` names,
+    from a private read-only copy (works beside a running query). Driver or anywhere."""
+    from statestore.base import EMPTY_VERSION
+
+    if base.version == EMPTY_VERSION or base.manifest is None:
+        return
+    topic, number = split_partition_id(pid)
+    store = open_store(options, topic, {(number, base.version): base.manifest})
+    with store.open_read_only(number, base.version) as part:
+        for key, (value, _timeout) in part.range(space=STATE_SPACE):
+            yield decode_key(key), value

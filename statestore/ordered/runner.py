@@ -1,0 +1,313 @@
+"""The ordered stage's task body (executor side): Kafka partitions in offset order, with state.
+
+``OrderedTask`` is the function ``mapInArrow`` runs on each Spark partition. It is pickled with
+the options, the user function and the ``BatchPlan``; nothing else crosses from the driver.
+For every Kafka (topic, partition) in its input (normally exactly one per task) it:
+
+1. opens the partition's state at the version the plan names (local copy or restore),
+2. calls the user function once per record, in input (= offset) order, checking that offsets
+   strictly increase and continue after the last committed offset,
+3. calls it once per key whose timeout passed (processing time or the partition's watermark),
+4. streams the returned rows as bounded Arrow batches into the Parquet writer,
+5. prepares the state candidate for version ``batch_id`` (attempt-unique manifest),
+6. yields one ``PartitionCommit`` (JSON) row: the driver publishes it in the commit record.
+
+Input is consumed as the Arrow batches Spark hands over (``maxRecordsPerBatch`` rows each);
+state keeps at most ``max_cached_keys`` decoded entries; output at most ``output_batch_rows``
+rows before they go to the writer. Nothing scales with the partition's size in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from orderedstream.errors import OrderViolationError, SchemaMismatchError
+from sinks.options import FencedParquetOptions
+from sinks.writer import task_attempt_id, write_parquet_files
+from statestore.ordered.group_state import GroupState
+from statestore.ordered.keyed_state import (
+    STATE_SPACE,
+    KeyedStateTable,
+    decode_key,
+    encode_key,
+)
+from statestore.ordered.options import OrderedOptions
+from statestore.ordered.placement import executor_id
+from statestore.ordered.plan import (
+    BatchPlan,
+    PartitionBase,
+    PartitionCommit,
+    partition_id,
+    split_partition_id,
+)
+from statestore.ordered.state_access import open_partition
+from statestore.ordered.timeouts import EventTimeTimeout, ProcessingTimeTimeout
+
+UserFunction = Callable[[Any, Any, GroupState], Iterable[Any] | None]
+COMMIT_SCHEMA = pa.schema([pa.field("commit", pa.string())])
+_NULL_KEY = encode_key(None)
+
+
+def _event_ms(column: pa.Array) -> int | None:
+    """Largest event time in ``column`` as epoch milliseconds (timestamps or int64 ms)."""
+    if len(column) == column.null_count:
+        return None
+    typ = column.type
+    if pa.types.is_timestamp(typ):
+        value = pc.max(column.cast(pa.int64())).as_py()
+        divisor = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[typ.unit]
+        return int(value // divisor) if typ.unit != "s" else int(value * 1000)
+    if pa.types.is_integer(typ):
+        return int(pc.max(column).as_py())
+    raise OrderViolationError(f"event-time column has type {typ}; a timestamp or an integer "
+                              "of epoch milliseconds is required")
+
+
+class _Runs:
+    """Splits Spark's Arrow batches into slices of one Kafka (topic, partition) each."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self._pending: list[tuple[str, pa.RecordBatch]] = []
+
+    def _fill(self) -> bool:
+        while not self._pending:
+            batch = next(self._batches, None)
+            if batch is None:
+                return False
+            rest = batch
+            while rest.num_rows:
+                topics, parts = rest.column("topic"), rest.column("partition")
+                topic, part = topics[0].as_py(), parts[0].as_py()
+                if topic is None or part is None:
+                    raise OrderViolationError("input row without topic/partition: the ordered "
+                                              "stage needs Kafka coordinates on every row")
+                same = pc.and_(pc.equal(topics, topic), pc.equal(parts, part))
+                end = rest.num_rows if pc.all(same).as_py() else pc.index(same, False).as_py()
+                self._pending.append((partition_id(topic, part), rest.slice(0, end)))
+                rest = rest.slice(end)
+        return True
+
+    def peek(self) -> str | None:
+        return self._pending[0][0] if self._fill() else None
+
+    def take(self, pid: str) -> Iterator[pa.RecordBatch]:
+        """Slices while the input stays on partition ``pid``."""
+        while self._fill() and self._pending[0][0] == pid:
+            yield self._pending.pop(0)[1]
+
+
+class PartitionRun:
+    """Processes one Kafka partition's slices of one batch against its open state."""
+
+    def __init__(self, options: OrderedOptions, func: UserFunction, plan: BatchPlan,
+                 pid: str, base: PartitionBase, table: KeyedStateTable | None) -> None:
+        self.options = options
+        self.func = func
+        self.plan = plan
+        self.pid = pid
+        self.base = base
+        self.table = table
+        self.first_offset: int | None = None
+        self.last_offset = base.last_offset
+        self.max_event_ms = base.max_event_ms
+        self.records = 0
+        self.output_rows = 0
+        self.timeouts = 0
+        self.next_timeout_ms: int | None = base.next_timeout_ms
+        timeout = options.timeout
+        self.kind = timeout.kind
+        self.default_timeout_ms = (timeout.default_ms
+                                   if isinstance(timeout, ProcessingTimeTimeout) else None)
+        self.delay_ms = timeout.delay_ms if isinstance(timeout, EventTimeTimeout) else 0
+
+    def watermark_ms(self) -> int | None:
+        return None if self.max_event_ms is None else self.max_event_ms - self.delay_ms
+
+    # ---- the record loop ---------------------------------------------------------------
+    def outputs(self, slices: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Arrow batches of output rows (bounded), after the state has absorbed every call."""
+        options = self.options
+        schema = options.output_schema
+        limit = options.output_batch_rows
+        buffer: list[Any] = []
+        table = self.table
+        assert table is not None
+        state = GroupState(self.kind, self.plan.processing_time_ms, self.watermark_ms())
+        func = self.func
+        key_col = options.key
+        columns = options.columns
+        default_ms = self.default_timeout_ms
+        processing = self.kind == "processing"
+        for piece in slices:
+            offsets = piece.column("offset")
+            self._check_offsets(offsets)
+            keys = piece.column(key_col).to_pylist() if key_col is not None else None
+            records = (piece.select(list(columns)) if columns is not None else piece).to_pylist()
+            for index, record in enumerate(records):
+                key = keys[index] if keys is not None else None
+                entry = table.load(_NULL_KEY if keys is None else encode_key(key))
+                state._bind(entry, False)
+                previous_timeout = entry.timeout_ms
+                try:
+                    out = func(key, record, state)
+                    if out is not None:
+                        buffer.extend(out)
+                except Exception as exc:
+                    exc.add_note(f"in the ordered user function at Kafka {self.pid} offset "
+                                 f"{record.get('offset', offsets[index].as_py())} "
+                                 f"(batch {self.plan.batch_id})")
+                    raise
+                if not state._timeout_set:
+                    wanted = (self.plan.processing_time_ms + default_ms
+                              if processing and default_ms is not None and entry.exists
+                              else None)
+                    if wanted != previous_timeout:
+                        entry.timeout_ms = wanted
+                        entry.dirty = True
+                if len(buffer) >= limit:
+                    self.output_rows += len(buffer)
+                    yield self._to_batch(buffer, schema)
+                    buffer = []
+            self.records += piece.num_rows
+            if self.kind == "event":
+                seen = _event_ms(piece.column(options.timeout.column))  # type: ignore[union-attr]
+                if seen is not None and (self.max_event_ms is None or seen > self.max_event_ms):
+                    self.max_event_ms = seen
+        # ---- timeouts: once per batch, after the records ------------------------------
+        threshold = (self.plan.processing_time_ms if processing
+                     else self.watermark_ms() if self.kind == "event" else None)
+        if threshold is not None:
+            state = GroupState(self.kind, self.plan.processing_time_ms, self.watermark_ms())
+            for encoded in table.expired(threshold):
+                entry = table.load(encoded)
+                state._bind(entry, True)
+                key = decode_key(encoded)
+                try:
+                    out = func(key, None, state)
+                    if out is not None:
+                        buffer.extend(out)
+                except Exception as exc:
+                    exc.add_note(f"in the ordered user function's timeout call for key "
+                                 f"{key!r} of Kafka {self.pid} (batch {self.plan.batch_id})")
+                    raise
+                if not state._timeout_set:
+                    entry.timeout_ms = None
+                entry.dirty = True
+                self.timeouts += 1
+                if len(buffer) >= limit:
+                    self.output_rows += len(buffer)
+                    yield self._to_batch(buffer, schema)
+                    buffer = []
+        table.flush()
+        self.next_timeout_ms = table.next_timeout_ms() if self.kind != "none" else None
+        if buffer:
+            self.output_rows += len(buffer)
+            yield self._to_batch(buffer, schema)
+
+    def _check_offsets(self, offsets: pa.Array) -> None:
+        first = offsets[0].as_py()
+        if self.last_offset is not None and first <= self.last_offset:
+            raise OrderViolationError(
+                f"Kafka {self.pid}: batch {self.plan.batch_id} starts at offset {first} but "
+                f"offset {self.last_offset} was already processed (in this batch or committed "
+                "state). Each Kafka partition must reach the ordered stage once per batch, in "
+                "offset order (use the orderedkafka source; do not repartition or union it)")
+        if len(offsets) > 1:
+            # steps[i] = offsets[i] - offsets[i - 1] (steps[0] is null)
+            backwards = pc.fill_null(pc.less_equal(pc.pairwise_diff(offsets), 0), False)
+            bad = pc.sum(backwards).as_py() or 0
+            if bad:
+                where = pc.index(backwards, True).as_py()
+                raise OrderViolationError(
+                    f"Kafka {self.pid}: {bad} offset(s) out of order in batch "
+                    f"{self.plan.batch_id}, first at offset {offsets[where].as_py()} after "
+                    f"{offsets[where - 1].as_py()}. The ordered stage needs rows in offset order "
+                    "(no shuffle between the source and the stage)")
+        if self.first_offset is None:
+            self.first_offset = first
+        self.last_offset = offsets[-1].as_py()
+
+    @staticmethod
+    def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+        try:
+            if isinstance(rows[0], dict):
+                return pa.RecordBatch.from_pylist(rows, schema=schema)
+            columns = list(zip(*rows, strict=True))
+            if len(columns) != len(schema):
+                raise ValueError(f"rows have {len(columns)} fields")
+            return pa.RecordBatch.from_arrays(
+                [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
+                schema=schema)
+        except (ValueError, TypeError, pa.ArrowException) as exc:
+            raise SchemaMismatchError(
+                f"the ordered user function returned rows that do not fit output_schema "
+                f"{schema} ({exc}); return tuples in schema order or dicts by field name"
+            ) from exc
+
+
+class OrderedTask:
+    """The ``mapInArrow`` function of one batch. Pickled to executors (holds only options,
+    the user function and the plan); called once per Spark partition."""
+
+    def __init__(self, options: OrderedOptions, func: UserFunction, plan: BatchPlan,
+                 sink: FencedParquetOptions) -> None:
+        self.options = options
+        self.func = func
+        self.plan = plan
+        self.sink = sink
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        runs = _Runs(batches)
+        done: set[str] = set()
+        while (pid := runs.peek()) is not None:
+            if pid in done:
+                raise OrderViolationError(
+                    f"Kafka {pid} appears twice in one task of batch {self.plan.batch_id}: "
+                    "its rows are not contiguous (the input was shuffled or unioned)")
+            done.add(pid)
+            commit = self.run_partition(pid, runs.take(pid))
+            yield pa.RecordBatch.from_pylist([{"commit": commit.to_json()}], schema=COMMIT_SCHEMA)
+
+    def run_timeouts_only(self, pid: str) -> PartitionCommit:
+        """A partition without records in this batch whose timeouts are due."""
+        return self.run_partition(pid, iter(()))
+
+    def run_partition(self, pid: str, slices: Iterable[pa.RecordBatch]) -> PartitionCommit:
+        started = time.perf_counter()
+        topic, number = split_partition_id(pid)
+        base = self.plan.base(pid)
+        attempt = f"b{self.plan.batch_id}-{task_attempt_id()}"
+        store, part = open_partition(self.options, topic, number, base, writer=attempt)
+        try:
+            opened = time.perf_counter()
+            run = PartitionRun(self.options, self.func, self.plan, pid, base,
+                               KeyedStateTable(part, self.options.max_cached_keys))
+            files = write_parquet_files(run.outputs(slices), self.sink,
+                                        attempt=f"{topic}-{number}-{attempt}")
+            processed = time.perf_counter()
+            candidate = part.prepare_commit(self.plan.batch_id, writer=attempt)
+            num_keys = part.num_keys(space=STATE_SPACE)
+        finally:
+            part.close()
+        finished = time.perf_counter()
+        metrics = {"open_s": round(opened - started, 4),
+                   "process_s": round(processed - opened, 4),
+                   "commit_s": round(finished - processed, 4),
+                   "state": candidate.metrics.to_dict(), "cwd": os.getcwd()}
+        if store.last_restore is not None:
+            metrics["restore"] = store.last_restore.to_dict()
+        return PartitionCommit(
+            partition_id=pid, batch_id=self.plan.batch_id,
+            files=tuple(f.to_dict() for f in files), candidate=candidate.to_json(),
+            manifest=candidate.manifest_path, first_offset=run.first_offset,
+            last_offset=run.last_offset, records=run.records, output_rows=run.output_rows,
+            timeouts=run.timeouts, max_event_ms=run.max_event_ms,
+            next_timeout_ms=run.next_timeout_ms, num_keys=num_keys, executor=executor_id(),
+            task_attempt=attempt, metrics=metrics)

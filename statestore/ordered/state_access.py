@@ -1,0 +1,79 @@
+"""The one place the ordered stage builds state stores: one store per Kafka topic.
+
+State of Kafka partition ``(topic, p)`` is partition ``p`` of the store at
+``<state_location>/topic=<topic>``. Its versions are published by the batch commit record, so
+the store gets a ``RecordVersionIndex`` that already knows the manifests the driver resolved
+from that record: opening a partition costs no lookup at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from orderedstream.errors import CommitConflictError
+from statestore.base import EMPTY_VERSION, CommitCandidate, StatePartition
+from statestore.codecs import BytesCodec, PickleCodec
+from statestore.ordered.keyed_state import STATE_SPACE, TIMEOUT_SPACE
+from statestore.ordered.options import OrderedOptions
+from statestore.ordered.plan import PartitionBase
+from statestore.options import StateLocation, StateStoreOptions
+
+
+class RecordVersionIndex:
+    """``VersionIndex`` over manifests named by batch commit records (picklable, no I/O).
+
+    ``manifests`` maps ``(partition, version) -> manifest``: what the driver read from the
+    commit records. ``publish`` does nothing: the driver publishes a version by creating the
+    batch's commit record, which names the winning candidate.
+    """
+
+    def __init__(self, manifests: Mapping[tuple[int, int], str] | None = None) -> None:
+        self.manifests = dict(manifests or {})
+
+    def resolve(self, partition: int, version: int) -> str | None:
+        return self.manifests.get((partition, version))
+
+    def publish(self, candidate: CommitCandidate) -> None:
+        known = self.manifests.get((candidate.partition, candidate.version))
+        if known is not None and known != candidate.manifest_path:
+            raise CommitConflictError(
+                f"state version {candidate.version} of partition {candidate.partition} is "
+                f"already {known}; candidate {candidate.manifest_path} is refused")
+
+    def versions(self, partition: int) -> list[int]:
+        return sorted(v for p, v in self.manifests if p == partition)
+
+    def forget(self, partition: int, version: int) -> None:
+        """Retention of record-published versions is driven by the commit log."""
+
+
+def topic_location(options: OrderedOptions, topic: str) -> StateLocation:
+    """Where the state of ``topic``'s partitions lives."""
+    return StateLocation(f"{options.state_location}/topic={topic}", options.storage_options)
+
+
+def store_options(options: OrderedOptions) -> StateStoreOptions:
+    return StateStoreOptions(space_codecs={STATE_SPACE: PickleCodec(),
+                                           TIMEOUT_SPACE: BytesCodec()},
+                             **dict(options.store_options))
+
+
+def open_store(options: OrderedOptions, topic: str,
+               manifests: Mapping[tuple[int, int], str] | None = None) -> Any:
+    """A ``StateStore`` for ``topic`` whose versions come from commit records."""
+    from statestore.store import StateStore
+
+    return StateStore(topic_location(options, topic), store_options(options),
+                      index=RecordVersionIndex(manifests))
+
+
+def open_partition(options: OrderedOptions, topic: str, partition: int, base: PartitionBase,
+                   writer: str) -> tuple[Any, StatePartition]:
+    """``(store, partition)``: ``(topic, partition)`` open at the version ``base`` names (empty
+    before its first). ``store.last_restore`` tells whether the local copy was reused."""
+    manifests = {}
+    if base.version != EMPTY_VERSION and base.manifest is not None:
+        manifests[(partition, base.version)] = base.manifest
+    store = open_store(options, topic, manifests)
+    return store, store.open(partition, base.version, writer=writer)
