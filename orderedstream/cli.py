@@ -53,6 +53,45 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if v.ok else 1
 
 
+def _run(args: argparse.Namespace) -> int:
+    """Run the job against given services until stopped (SIGINT/SIGTERM stop it cleanly)."""
+    import signal
+
+    from orderedstream.job.pipeline import JobMonitor, JobOptions, start_job
+    from orderedstream.services.s3 import s3_storage_options
+    from orderedstream.services.spark import local_spark_session
+
+    storage = (s3_storage_options(args.s3_endpoint, args.access_key, args.secret_key)
+               if args.s3_endpoint else {})
+    opts = JobOptions(bootstrap=args.bootstrap_servers, output=args.output,
+                      state_location=args.state, checkpoint=args.checkpoint,
+                      topic_pattern=args.topic_pattern, storage_options=storage,
+                      max_offsets_per_trigger=args.max_offsets_per_trigger, trigger=args.trigger,
+                      idle_timeout=args.idle_timeout)
+    spark = local_spark_session("orderedstream-job", master=args.master)
+    spark.sparkContext.setLogLevel("WARN")
+    query, processor = start_job(spark, opts, once=args.available_now)
+    stopping = {"signal": None}
+
+    def stop(signum: int, _frame: object) -> None:
+        stopping["signal"] = signum
+        print(f"[job] signal {signum}: stopping after the running batch", flush=True)
+        query.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    with JobMonitor(query, processor, opts, out=lambda line: print(line, flush=True),
+                    every=args.progress_every):
+        while query.isActive:
+            query.awaitTermination(1)
+    error = query.exception()
+    result = processor.last_result
+    print(f"[job] stopped: {0 if result is None else result.batch_id + 1} batches committed"
+          f"{'' if error is None else f'; failed: {error}'}", flush=True)
+    spark.stop()
+    return 1 if error is not None else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="orderedstream", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +111,23 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--max-offsets-per-trigger", type=int, default=20000,
                       help="records per micro-batch at most")
     demo.set_defaults(func=_demo)
+    run = sub.add_parser("run", help="run the main job against given Kafka and storage")
+    run.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
+    run.add_argument("--output", required=True, help="fsspec URL of the output table")
+    run.add_argument("--state", required=True, help="fsspec URL of the state location")
+    run.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
+    run.add_argument("--topic-pattern", default="sessions-.*", help="subscribePattern regex")
+    run.add_argument("--s3-endpoint", help="S3 endpoint URL for s3:// URLs (else AWS default)")
+    run.add_argument("--access-key", default="orderedstream", help="S3 access key")
+    run.add_argument("--secret-key", default="orderedstream-secret", help="S3 secret key")
+    run.add_argument("--master", default="local[2]", help="Spark master")
+    run.add_argument("--trigger", default="2 seconds", help="processing-time trigger interval")
+    run.add_argument("--available-now", action="store_true",
+                     help="process what is in Kafka now, then stop (Trigger.AvailableNow)")
+    run.add_argument("--max-offsets-per-trigger", type=int, default=100_000)
+    run.add_argument("--idle-timeout", default="10 minutes", help="expire idle sessions after")
+    run.add_argument("--progress-every", type=float, default=10.0, help="seconds between lines")
+    run.set_defaults(func=_run)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     return int(args.func(args))
