@@ -1,7 +1,7 @@
 """Conditional writes on any fsspec filesystem: the fencing primitives of every commit.
 
 - ``create_exclusive``: create an object only if absent (S3 ``If-None-Match: *``; local
-  ``O_EXCL``). A create that s3fs retried after it had in fact succeeded comes back as
+  write-then-``link``, which fails if the name exists). A create that s3fs retried after it had in fact succeeded comes back as
   "already exists": the content is read back and compared, so the writer is told the truth.
 - ``read_versioned`` / ``replace_if_unchanged``: compare-and-swap (S3 ``If-Match: <etag>``;
   locally a lock file plus a content hash as the version tag).
@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import os
 import time
+import uuid
 from typing import Any
 
 from orderedstream.errors import CommitConflictError
@@ -59,17 +60,23 @@ def create_exclusive(fs: Any, path: str, data: bytes, attempts: int = 5) -> bool
     ``data`` should carry something unique to the writer (a token) so the two are told apart.
     """
     if is_local(fs):
+        # Write a hidden temp file, then link it into place: link fails if the name exists,
+        # and a reader never sees a partly written object.
         local = fs._strip_protocol(path)
-        os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
-        try:
-            fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return _same_content(fs, path, data)
-        with os.fdopen(fd, "wb") as handle:
+        directory, name = os.path.split(local)
+        os.makedirs(directory or ".", exist_ok=True)
+        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        return True
+        try:
+            os.link(tmp, local)
+            return True
+        except FileExistsError:
+            return _same_content(fs, path, data)
+        finally:
+            os.unlink(tmp)
     if not is_s3(fs):
         raise CommitConflictError(
             f"{type(fs).__name__} ({path}) offers no atomic create-if-absent; the commit "

@@ -25,10 +25,11 @@ want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "bootstrap: installing Python packages (pinned by constraints.txt)"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  # compat mode puts the checkout on sys.path, so Spark's static data source registration
-  # (which lists top-level pyspark_* modules with pkgutil) finds orderedkafka & co.
-  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench]" \
-    --config-settings editable_mode=compat
+  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench]"
+  # Spark's static data source registration lists top-level pyspark_* modules with pkgutil,
+  # which does not see setuptools' editable finders: put the checkout itself on sys.path.
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$root" > "$site/orderedstream-checkout.pth"
   echo "$want" > "$stamp"
 fi
 

@@ -92,6 +92,19 @@ def topic(kafka: KafkaBroker) -> Callable[..., str]:
     return factory
 
 
+def _s3a_jars_conf() -> dict[str, str]:
+    """hadoop-aws on the local session's classpath, so tests can ``spark.read`` ``s3a://``
+    (endpoint settings go on the running session's hadoopConfiguration, see
+    ``orderedstream.services.spark.s3a_conf``). Without Maven the session starts without them."""
+    from orderedstream.errors import ServiceError
+    from orderedstream.services.jars import hadoop_aws_jars
+
+    try:
+        return {"spark.jars": ",".join(hadoop_aws_jars())}
+    except ServiceError:
+        return {}
+
+
 class SparkSessions:
     """At most one SparkContext per process: switch between local[2] and the cluster lazily."""
 
@@ -106,7 +119,8 @@ class SparkSessions:
             return self.session
         self.close_session()
         if mode == "local":
-            self.session = local_spark_session("orderedstream-tests", tmp_dir=self.root / "local")
+            self.session = local_spark_session("orderedstream-tests", tmp_dir=self.root / "local",
+                                               conf=_s3a_jars_conf())
         else:
             if self.cluster is None:
                 self.cluster = SparkStandaloneCluster(self.root / "cluster").start()

@@ -8,7 +8,9 @@ one fault is injected at a random moment:
 - ``kill_broker``: SIGKILL the Kafka broker and restart it on the same data;
 - ``stop_s3``: stop SeaweedFS for a few seconds, then start it again;
 - ``s3_faults``: for a while, the S3 proxy answers 503/500, stalls, drops requests and drops
-  responses of requests that took effect.
+  responses of requests that took effect;
+- ``kill_spark_worker`` (with ``cluster=True``: the job runs on a Spark standalone cluster of
+  two workers): SIGKILL a worker and its executor JVM, restart the worker a little later.
 
 A job process that dies from a fault is restarted from its checkpoint; the time from its start
 to its next committed batch is its recovery time. At the end the faults stop, the job drains
@@ -26,7 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,10 @@ from orderedstream.job.generator import GeneratorOptions, generate
 from orderedstream.job.pipeline import JobOptions
 from orderedstream.services.kafka import KafkaBroker
 from orderedstream.services.s3 import S3Server, s3_storage_options
+from orderedstream.services.spark import SparkStandaloneCluster
 
 FAULTS = ("kill_driver", "kill_worker", "kill_broker", "stop_s3", "s3_faults")
+CLUSTER_FAULTS = FAULTS + ("kill_spark_worker",)
 
 
 @dataclass
@@ -97,8 +100,11 @@ class ChaosRun:
     """Owns the services, the job process and the fault schedule of one chaos run."""
 
     def __init__(self, workdir: Path, faults: int, seed: int, gen: GeneratorOptions,
-                 max_offsets_per_trigger: int = 1500, out: Any = print) -> None:
+                 max_offsets_per_trigger: int = 1500, out: Any = print,
+                 cluster: bool = False) -> None:
         self._stop_producing = threading.Event()
+        self.cluster: SparkStandaloneCluster | None = (
+            SparkStandaloneCluster(workdir / "spark-cluster") if cluster else None)
         self.workdir = workdir
         self.n_faults = faults
         self.rng = random.Random(seed)
@@ -134,14 +140,15 @@ class ChaosRun:
                 "--bootstrap-servers", self.opts.bootstrap, "--output", self.opts.output,
                 "--state", self.opts.state_location, "--checkpoint", self.opts.checkpoint,
                 "--topic-pattern", self.opts.topic_pattern, "--s3-endpoint", self.proxy.endpoint,
-                "--master", "local[2,4]", "--trigger", "1 second", "--progress-every", "5",
+                "--master", self.cluster.url if self.cluster else "local[2,4]",
+                "--trigger", "1 second", "--progress-every", "5",
                 "--max-offsets-per-trigger", str(self.max_offsets)]
         if available_now:
             argv.append("--available-now")
         log = open(self.workdir / "job.log", "ab")  # noqa: SIM115 - owned by the child
         log.write(f"\n=== job start {time.strftime('%X')} {' '.join(argv[3:])}\n".encode())
         log.flush()
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local")}
         self.job = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
@@ -189,6 +196,12 @@ class ChaosRun:
                 self.kill_job()
             else:
                 self.rng.choice(workers).kill()
+        elif fault == "kill_spark_worker":
+            assert self.cluster is not None
+            index = self.rng.randrange(len(self.cluster.workers))
+            self.cluster.kill_worker(index)
+            time.sleep(self.rng.uniform(2, 6))
+            self.cluster.restart_worker(index)
         elif fault == "kill_broker":
             self.kafka.kill()
             time.sleep(self.rng.uniform(1, 5))
@@ -269,6 +282,8 @@ class ChaosRun:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.kafka.start()
         self.s3.start()
+        if self.cluster is not None:
+            self.cluster.start()
         self.proxy = FaultyS3Proxy(self.s3.port, seed=self.rng.randrange(1 << 30)).start()
         base = f"s3://{self.s3.bucket}/chaos"
         self.opts = JobOptions(bootstrap=self.kafka.bootstrap, output=f"{base}/output",
@@ -282,7 +297,8 @@ class ChaosRun:
             while not self._topics_exist():
                 time.sleep(0.2)
             self.start_job()
-            schedule = [FAULTS[i % len(FAULTS)] for i in range(self.n_faults)]
+            kinds = CLUSTER_FAULTS if self.cluster is not None else FAULTS
+            schedule = [kinds[i % len(kinds)] for i in range(self.n_faults)]
             self.rng.shuffle(schedule)
             fault_ended: float | None = None
             for fault in schedule:
@@ -309,6 +325,8 @@ class ChaosRun:
             self.proxy.stop()
             self.kafka.kill()
             self.s3.kill()
+            if self.cluster is not None:
+                self.cluster.stop()
         self.report.s3_requests_faulted = {k: v for k, v in self.proxy.counts.items()
                                            if k != "pass"}
         if self.recoveries:
@@ -347,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=10, help="sessions per site and wave")
     parser.add_argument("--updates", type=int, default=60, help="changes per session")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=1500)
+    parser.add_argument("--cluster", action="store_true",
+                        help="run the job on a Spark standalone cluster (2 workers) and also "
+                             "kill cluster workers")
     parser.add_argument("--rate", type=float, default=150.0,
                         help="records per second produced while faults happen")
     args = parser.parse_args(argv)
@@ -355,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                            sessions_per_site=args.sessions, rows=10, updates=args.updates,
                            seed=args.seed, rate=args.rate)
     run = ChaosRun(workdir, args.faults, args.seed, gen, args.max_offsets_per_trigger,
-                   out=lambda line: print(line, flush=True))
+                   out=lambda line: print(line, flush=True), cluster=args.cluster)
     report = run.run()
     (workdir / "chaos-report.json").write_text(json.dumps(report.as_dict(), indent=2))
     (workdir / "chaos-report.md").write_text(report.markdown())

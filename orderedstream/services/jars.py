@@ -102,7 +102,9 @@ def spark_kafka_connector_jars(spark_version: str | None = None) -> list[str]:
     raise ServiceError("no spark-sql-kafka-0-10 release could be resolved: " + "; ".join(errors))
 
 
-HADOOP_AWS_SDK_VERSIONS = {"3.5.0": "2.35.4", "3.4.2": "2.29.52", "3.4.1": "2.24.6"}
+# AWS SDK v2 version each hadoop-aws release was built with (hadoop-project pom,
+# aws-java-sdk-v2.version); add a line after checking it for another hadoop-client.
+HADOOP_AWS_SDK_VERSIONS = {"3.5.0": "2.35.4"}
 
 
 def bundled_hadoop_version() -> str:

@@ -152,3 +152,27 @@ class SparkStandaloneCluster:
             worker.stop(timeout=10)
         if self.master:
             self.master.stop(timeout=10)
+
+
+def s3a_conf(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1",
+             prefix: str = "spark.hadoop.") -> dict[str, str]:
+    """Hadoop S3A settings for an S3-compatible endpoint (path-style, plain HTTP allowed).
+
+    With the default prefix they are Spark conf entries; with ``prefix=""`` they can be set on
+    a running session's ``sparkContext._jsc.hadoopConfiguration()``. The jars come from
+    ``orderedstream.services.jars.hadoop_aws_jars()``. Seen with SeaweedFS (no identities
+    configured): signed reads work, but S3A's chunk-signed uploads get 400 "Signed request
+    requires setting up SeaweedFS S3 authentication"; for Spark writing there, use
+    ``fs.s3a.aws.credentials.provider=org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider``.
+    """
+    settings = {
+        "fs.s3a.endpoint": endpoint,
+        "fs.s3a.endpoint.region": region,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.access.key": access_key,
+        "fs.s3a.secret.key": secret_key,
+        "fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower(),
+        "fs.s3a.aws.credentials.provider":
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
+    return {prefix + key: value for key, value in settings.items()}

@@ -1,0 +1,26 @@
+"""Fenced, exactly-once Parquet output on any fsspec path (S3, local, ...).
+
+- ``sinks.commitlog``: the batch commit log (one exclusive record per batch; writer epochs).
+- ``sinks.writer``: executor-side bounded Parquet file writing (``write_parquet_files``).
+- ``sinks.table``: the committed view (live files, schema, pyarrow dataset, ``_spark_metadata``).
+- ``sinks.foreach``: ``FencedParquetBatchWriter`` for ``foreachBatch``.
+- ``sinks.datasource``: the ``fencedparquet`` streaming Python Data Source sink.
+- ``sinks.maintenance``: compaction and vacuum; ``sinks.cli``: ``python -m sinks``.
+
+Table layout under the root URL::
+
+    _fenced/epoch.json                 writer epoch (compare-and-swap)
+    _fenced/log/<version>.json         commit records, created exclusively: THE truth
+    _spark_metadata/<version>[.compact] derived from the records, for spark.read.parquet(root)
+    [col=value/]part-*.parquet         data files, unique names, never overwritten
+
+A version is a batch commit (``batch_id`` set) or a maintenance change (compaction, or an
+empty filler that moves a compaction onto a ``_spark_metadata`` compaction point). Readers
+that go through the records (``FencedTable``) or the Spark log see exactly the committed
+rows; files no record lists are orphans for vacuum.
+"""
+
+from sinks.commitlog import CommitLog, CommitRecord, Epoch
+from sinks.datafile import DataFile
+
+__all__ = ["CommitLog", "CommitRecord", "DataFile", "Epoch"]

@@ -1,0 +1,138 @@
+"""``python -m sinks``: inspect and maintain a fenced Parquet table.
+
+Commands: ``batches`` (versions, batch ids, files, rows), ``files`` (live files), ``verify``
+(every live file exists with its recorded size), ``compact``, ``vacuum``.
+``register(subparsers)`` adds the same commands (under ``sink``) to another CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from sinks.options import parse_size
+
+
+def _storage(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = json.loads(args.storage_options) if args.storage_options else {}
+    if args.s3_endpoint:
+        from orderedstream.services.s3 import s3_storage_options
+
+        options = {**s3_storage_options(args.s3_endpoint), **options}
+    return options
+
+
+def _batches(args: argparse.Namespace) -> int:
+    from sinks.commitlog import CommitLog
+
+    log = CommitLog(args.url, _storage(args))
+    if log.latest_version() is None:
+        print("no commits")
+        return 0
+    print(f"{'version':>8} {'batch':>8} {'epoch':>6} {'files':>6} {'rows':>10} "
+          f"{'removes':>7}  writer")
+    for r in log.records():
+        batch = "-" if r.batch_id is None else str(r.batch_id)
+        print(f"{r.version:>8} {batch:>8} {r.epoch:>6} {len(r.files):>6} {r.rows:>10} "
+              f"{len(r.removes):>7}  {r.writer_id}")
+    return 0
+
+
+def _files(args: argparse.Namespace) -> int:
+    from sinks.table import FencedTable
+
+    snap = FencedTable(args.url, _storage(args)).snapshot()
+    for f in sorted(snap.files, key=lambda f: f.path):
+        print(f"{f.size:>12} {f.rows:>10}  {f.path}")
+    print(f"{len(snap.files)} files, {snap.rows} rows, version {snap.version}")
+    return 0
+
+
+def verify(url: str, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """Problems found: live files that are missing or whose size differs from the record."""
+    from sinks.table import FencedTable
+
+    table = FencedTable(url, storage_options)
+    problems = []
+    for f in table.snapshot().files:
+        try:
+            size = table.fs.info(table.full_path(f.path))["size"]
+        except FileNotFoundError:
+            problems.append(f"missing: {f.path}")
+            continue
+        if int(size) != f.size:
+            problems.append(f"size mismatch: {f.path} is {size} bytes, recorded {f.size}")
+    return problems
+
+
+def _verify(args: argparse.Namespace) -> int:
+    problems = verify(args.url, _storage(args))
+    for line in problems:
+        print(line)
+    print("OK" if not problems else f"{len(problems)} problem(s)")
+    return 0 if not problems else 1
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from sinks.maintenance import compact
+
+    result = compact(args.url, _storage(args), target_file_bytes=parse_size(
+        "--target-file-size", args.target_file_size), min_files=args.min_files,
+        metadata_compact_interval=args.metadata_compact_interval)
+    where = "nothing to compact" if result.record is None else f"version {result.record.version}"
+    print(f"compacted {result.removed} files into {result.added} ({result.rows} rows): {where}")
+    return 0
+
+
+def _vacuum(args: argparse.Namespace) -> int:
+    from sinks.maintenance import vacuum
+
+    result = vacuum(args.url, _storage(args), grace_seconds=args.grace_seconds,
+                    dry_run=args.dry_run)
+    for path in result.deleted:
+        print(("would delete " if args.dry_run else "deleted ") + path)
+    print(f"{len(result.deleted)} file(s) {'to delete' if args.dry_run else 'deleted'}, "
+          f"{result.kept_recent} unreferenced file(s) kept (younger than the grace period)")
+    return 0
+
+
+def register(subparsers: Any, name: str = "sink") -> argparse.ArgumentParser:
+    """Add ``<name> {batches,files,verify,compact,vacuum}`` to an argparse subparsers object."""
+    parser = subparsers.add_parser(name, help="inspect and maintain a fenced Parquet table")
+    _add_commands(parser)
+    return parser
+
+
+def _add_commands(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="sink_command", required=True)
+    for command, func, help_text in [
+            ("batches", _batches, "list versions: batch id, epoch, files, rows"),
+            ("files", _files, "list live files with sizes and row counts"),
+            ("verify", _verify, "check every live file exists with its recorded size"),
+            ("compact", _compact, "rewrite small files into large ones, atomically"),
+            ("vacuum", _vacuum, "delete orphan and retired files older than a grace period")]:
+        cmd = sub.add_parser(command, help=help_text)
+        cmd.add_argument("url", help="table root (any fsspec URL)")
+        cmd.add_argument("--storage-options", help="fsspec options as a JSON object")
+        cmd.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (path-style)")
+        if command == "compact":
+            cmd.add_argument("--target-file-size", default="128MB")
+            cmd.add_argument("--min-files", type=int, default=2)
+            cmd.add_argument("--metadata-compact-interval", type=int, default=10)
+        if command == "vacuum":
+            cmd.add_argument("--grace-seconds", type=float, default=24 * 3600)
+            cmd.add_argument("--dry-run", action="store_true")
+        cmd.set_defaults(func=func)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sinks", description=__doc__)
+    _add_commands(parser)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

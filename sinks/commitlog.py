@@ -1,0 +1,389 @@
+"""The batch commit log: ONE exclusive commit record per batch, the single point of truth.
+
+Shared by the fenced Parquet sink and the ordered state store. Layout under the table root::
+
+    _fenced/epoch.json              writer epoch, claimed by compare-and-swap (If-Match)
+    _fenced/log/<version:020d>.json commit records, each created exclusively (If-None-Match: *)
+
+Records form a dense sequence of table *versions* 0, 1, 2, ...; a version is either the commit
+of a streaming batch (``batch_id`` set) or a maintenance change such as a compaction
+(``batch_id`` None). Creating version v exclusively serialises every writer, like Delta's log:
+whoever creates v first wins; a loser re-reads v and either finds its own record (an s3fs retry
+that had succeeded), another writer's commit of the same batch (``CommitConflictError``), a
+newer epoch (``FencedError``), or an unrelated change (it then tries v + 1).
+
+Usage (driver side)::
+
+    log = CommitLog("s3://lake/table", storage_options)
+    epoch = log.claim_epoch("query-a")          # once per query run; fences older runs
+    if log.get(batch_id) is None:               # a replay of a committed batch is skipped
+        record = log.commit(batch_id, epoch, files, extra={"state": {...}})
+
+``extra`` is arbitrary JSON kept verbatim (the ordered stage stores per-partition state
+manifests there). Records are immutable once created; ``_spark_metadata`` is derived from them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+from orderedstream import objectstore
+from orderedstream.errors import CommitConflictError, FencedError, OrderedStreamError
+from sinks.datafile import DataFile
+
+FORMAT_VERSION = 1
+META_DIR = "_fenced"
+_VERSION_DIGITS = 20
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """A writer epoch: ``number`` grows by one per claim; ``token`` is unique to the claim.
+
+    Picklable; pass it to executors if they need to stamp output with it.
+    """
+
+    number: int
+    writer_id: str
+    token: str
+
+    def to_json(self) -> str:
+        return json.dumps({"epoch": self.number, "writer_id": self.writer_id,
+                           "token": self.token}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Epoch:
+        data = json.loads(text)
+        return cls(int(data["epoch"]), str(data["writer_id"]), str(data["token"]))
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """One immutable table version.
+
+    ``files`` are data files made visible by this version, ``removes`` are relative paths of
+    files it retires (compaction), ``schema`` is the table's Arrow schema after this version
+    (base64 IPC, see ``sinks.schema``), ``extra`` arbitrary JSON from the committer.
+    """
+
+    version: int
+    batch_id: int | None
+    epoch: int
+    writer_id: str
+    token: str
+    files: tuple[DataFile, ...] = ()
+    removes: tuple[str, ...] = ()
+    schema: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "format": FORMAT_VERSION, "version": self.version, "batch_id": self.batch_id,
+            "epoch": self.epoch, "writer_id": self.writer_id, "token": self.token,
+            "files": [f.to_dict() for f in self.files], "removes": list(self.removes),
+            "schema": self.schema, "extra": self.extra, "created_at": self.created_at,
+        }, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> CommitRecord:
+        raw = json.loads(data)
+        if raw.get("format") != FORMAT_VERSION:
+            raise OrderedStreamError(f"commit record format {raw.get('format')!r} is not "
+                                     f"supported (this version reads {FORMAT_VERSION})")
+        batch = raw.get("batch_id")
+        return cls(version=int(raw["version"]), batch_id=None if batch is None else int(batch),
+                   epoch=int(raw["epoch"]), writer_id=str(raw["writer_id"]),
+                   token=str(raw["token"]),
+                   files=tuple(DataFile.from_dict(f) for f in raw.get("files", [])),
+                   removes=tuple(str(p) for p in raw.get("removes", [])),
+                   schema=raw.get("schema"), extra=dict(raw.get("extra") or {}),
+                   created_at=float(raw.get("created_at", 0.0)))
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
+
+
+class CommitLog:
+    """Exclusive, fenced commit records under ``<url>/_fenced`` on any fsspec filesystem.
+
+    Driver-side object (it holds a filesystem client; do not ship it to executors: ship
+    ``url`` and ``storage_options`` and rebuild it). Records are cached once read, since
+    they never change.
+    """
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.storage_options = dict(storage_options or {})
+        self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        self.root = self.root.rstrip("/")
+        self.meta = f"{self.root}/{META_DIR}"
+        self._cache: dict[int, CommitRecord] = {}
+        self._latest_version_hint: int | None = None
+
+    # ---- paths -------------------------------------------------------------------------
+    def _record_path(self, version: int) -> str:
+        return f"{self.meta}/log/{version:0{_VERSION_DIGITS}d}.json"
+
+    @property
+    def _epoch_path(self) -> str:
+        return f"{self.meta}/epoch.json"
+
+    # ---- epochs ------------------------------------------------------------------------
+    def _read_complete(self, path: str, versioned: bool = False) -> tuple[bytes, str] | None:
+        """Read a small JSON object, waiting out a concurrent local exclusive create.
+
+        Defensive: local creates and swaps publish whole files (link / rename) and S3 PUTs are
+        atomic, but a local object written by other tools could still be caught half-written.
+        Retried for at most ~2 s, then the content is returned as is (and fails to parse loudly).
+        """
+        for attempt in range(100):
+            if versioned:
+                found = objectstore.read_versioned(self.fs, path)
+            else:
+                try:
+                    found = (self.fs.cat_file(path), "")
+                except FileNotFoundError:
+                    found = None
+            if found is None or not objectstore.is_local(self.fs) or _is_json(found[0]):
+                return found
+            time.sleep(0.02)
+        return found
+
+    def current_epoch(self) -> Epoch | None:
+        """The latest claimed epoch, or None before any claim."""
+        found = self._read_complete(self._epoch_path, versioned=True)
+        return None if found is None else Epoch.from_json(found[0])
+
+    def claim_epoch(self, writer_id: str, attempts: int = 50) -> Epoch:
+        """Claim the next epoch by compare-and-swap; every older epoch is fenced from now on.
+
+        Call once per query run on the driver (a restarted query claims again).
+        """
+        for _ in range(attempts):
+            found = self._read_complete(self._epoch_path, versioned=True)
+            number = 1 if found is None else Epoch.from_json(found[0]).number + 1
+            epoch = Epoch(number, writer_id, uuid.uuid4().hex)
+            body = epoch.to_json().encode()
+            if (objectstore.create_exclusive(self.fs, self._epoch_path, body) if found is None
+                    else objectstore.replace_if_unchanged(self.fs, self._epoch_path, body,
+                                                          found[1])):
+                return epoch
+        raise CommitConflictError(f"could not claim a writer epoch at {self._epoch_path} "
+                                  f"after {attempts} attempts: too many concurrent claims")
+
+    def check_epoch(self, epoch: Epoch) -> None:
+        """Raise FencedError unless ``epoch`` is still the current one."""
+        current = self.current_epoch()
+        if current is not None and (current.number, current.token) != (epoch.number,
+                                                                        epoch.token):
+            raise FencedError(
+                f"writer {epoch.writer_id!r} (epoch {epoch.number}) is fenced at {self.url}: "
+                f"epoch {current.number} was claimed by writer {current.writer_id!r}. A newer "
+                "run owns this output; stop this query (or restart it to claim a new epoch).")
+
+    # ---- reading -----------------------------------------------------------------------
+    def read_version(self, version: int) -> CommitRecord | None:
+        """The record of table version ``version``, or None when it does not exist."""
+        cached = self._cache.get(version)
+        if cached is not None:
+            return cached
+        found = self._read_complete(self._record_path(version))
+        if found is None:
+            return None
+        record = CommitRecord.from_json(found[0])
+        self._cache[version] = record
+        return record
+
+    def latest_version(self) -> int | None:
+        """Newest table version, or None for an empty log (one LIST, then cheap probes)."""
+        if self._latest_version_hint is None:
+            try:
+                self.fs.invalidate_cache(f"{self.meta}/log")
+                names = self.fs.ls(f"{self.meta}/log", detail=False)
+            except FileNotFoundError:
+                names = []
+            versions = [int(n.rsplit("/", 1)[-1][:-5]) for n in names
+                        if n.endswith(".json") and n.rsplit("/", 1)[-1][:-5].isdigit()]
+            if not versions:
+                return None
+            self._latest_version_hint = max(versions)
+        version = self._latest_version_hint
+        while self.read_version(version + 1) is not None:
+            version += 1
+        self._latest_version_hint = version
+        return version
+
+    def records(self, start: int = 0, end: int | None = None) -> Iterator[CommitRecord]:
+        """Records of versions ``start``..``end`` (inclusive; default: the latest)."""
+        last = self.latest_version() if end is None else end
+        if last is None:
+            return
+        missing = [v for v in range(start, last + 1) if v not in self._cache]
+        if missing:  # fetch concurrently (s3fs batches these requests)
+            paths = [self._record_path(v) for v in missing]
+            for path, data in self.fs.cat(paths, on_error="omit").items():
+                if not _is_json(data):
+                    continue  # being created right now: read_version waits for it
+                record = CommitRecord.from_json(data)
+                self._cache[record.version] = record
+        for version in range(start, last + 1):
+            record = self.read_version(version)
+            if record is None:
+                raise OrderedStreamError(f"commit log {self.meta}/log has a gap: version "
+                                         f"{version} is missing (the log was edited by hand?)")
+            yield record
+
+    def get(self, batch_id: int) -> CommitRecord | None:
+        """The commit record of streaming batch ``batch_id``, or None if it is not committed.
+
+        Scans back from the newest version (batches commit in order, so this is one or two
+        reads for the batches a stream asks about).
+        """
+        version = self.latest_version()
+        while version is not None and version >= 0:
+            record = self.read_version(version)
+            if record is None:
+                break
+            if record.batch_id is not None:
+                if record.batch_id == batch_id:
+                    return record
+                if record.batch_id < batch_id:
+                    return None
+            version -= 1
+        return None
+
+    def latest(self) -> int | None:
+        """The newest committed batch id, or None before the first batch."""
+        record = self.latest_batch_record()
+        return None if record is None else record.batch_id
+
+    def latest_batch_record(self) -> CommitRecord | None:
+        version = self.latest_version()
+        while version is not None and version >= 0:
+            record = self.read_version(version)
+            if record is not None and record.batch_id is not None:
+                return record
+            version -= 1
+        return None
+
+    # ---- writing -----------------------------------------------------------------------
+    def commit(self, batch_id: int, epoch: Epoch, files: Iterable[DataFile | Mapping[str, Any]],
+               extra: Mapping[str, Any] | None = None, *, schema: str | None = None,
+               ) -> CommitRecord:
+        """Publish batch ``batch_id`` by creating its record exclusively.
+
+        Returns the record (also when this same epoch token had already created it: a retried
+        call is idempotent). Raises FencedError when a newer epoch exists, CommitConflictError
+        when another writer committed this batch or a later one first. ``schema`` defaults to
+        the previous version's schema.
+        """
+        data_files = tuple(f if isinstance(f, DataFile) else DataFile.from_dict(dict(f))
+                           for f in files)
+        json.dumps(dict(extra or {}))  # fail early on non-JSON extra
+        return self._append(batch_id, epoch.number, epoch.writer_id, epoch.token, data_files,
+                            (), schema, dict(extra or {}), fence=epoch)
+
+    def commit_change(self, base_version: int, files: Iterable[DataFile], removes: Iterable[str],
+                      extra: Mapping[str, Any] | None = None, writer_id: str = "maintenance",
+                      only_at: Callable[[int], bool] | None = None) -> CommitRecord:
+        """Publish a maintenance change (e.g. compaction): add ``files``, retire ``removes``.
+
+        It does not need the writer epoch (it never changes which rows are visible), and it
+        commutes with appends; it fails with CommitConflictError if a version after
+        ``base_version`` already retired one of ``removes``. With ``only_at``, the change is
+        published only at a version v where ``only_at(v)``; versions in between are filled
+        with empty maintenance records (used to land compactions on _spark_metadata
+        compaction points).
+        """
+        removes = tuple(removes)
+        for record in self.records(base_version + 1):
+            if set(record.removes) & set(removes):
+                raise CommitConflictError(f"files of {self.url} were changed by version "
+                                          f"{record.version} while this change was prepared")
+        return self._append(None, None, writer_id, uuid.uuid4().hex, tuple(files), removes,
+                            None, dict(extra or {}), fence=None, no_overlap=removes,
+                            only_at=only_at)
+
+    def _append(self, batch_id: int | None, epoch_number: int | None, writer_id: str,
+                token: str, files: tuple[DataFile, ...], removes: tuple[str, ...],
+                schema: str | None, extra: dict[str, Any], fence: Epoch | None,
+                no_overlap: tuple[str, ...] = (),
+                only_at: Callable[[int], bool] | None = None) -> CommitRecord:
+        if fence is not None:
+            self.check_epoch(fence)
+        while True:
+            latest = self.latest_version()
+            previous = None if latest is None else self.read_version(latest)
+            if batch_id is not None:
+                existing = self.get(batch_id)
+                if existing is not None:
+                    return self._same_or_conflict(existing, batch_id, token)
+                last_batch = self.latest()
+                if last_batch is not None and last_batch > batch_id:
+                    raise CommitConflictError(
+                        f"cannot commit batch {batch_id} to {self.url}: batch {last_batch} is "
+                        "already committed (batch ids must grow; a query with a fresh "
+                        "checkpoint needs a fresh table path)")
+            if fence is not None and previous is not None and previous.epoch > fence.number:
+                raise FencedError(
+                    f"writer {fence.writer_id!r} (epoch {fence.number}) is fenced at "
+                    f"{self.url}: version {previous.version} was committed by epoch "
+                    f"{previous.epoch} (writer {previous.writer_id!r})")
+            version = 0 if latest is None else latest + 1
+            if only_at is not None and not only_at(version):
+                filler = CommitRecord(
+                    version=version, batch_id=None, epoch=previous.epoch if previous else 0,
+                    writer_id=writer_id, token=uuid.uuid4().hex,
+                    schema=previous.schema if previous else None,
+                    extra={"filler": True}, created_at=time.time())
+                if objectstore.create_exclusive(self.fs, self._record_path(version),
+                                                filler.to_json()):
+                    self._cache[version] = filler
+                continue
+            record = CommitRecord(
+                version=version, batch_id=batch_id,
+                epoch=epoch_number if epoch_number is not None else (
+                    previous.epoch if previous else 0),
+                writer_id=writer_id, token=token, files=files, removes=removes,
+                schema=schema if schema is not None else (previous.schema if previous else None),
+                extra=extra, created_at=time.time())
+            if objectstore.create_exclusive(self.fs, self._record_path(version),
+                                            record.to_json()):
+                self._cache[version] = record
+                self._latest_version_hint = version
+                return record
+            # Lost the race for this version: learn what won, then decide.
+            self._cache.pop(version, None)
+            winner = self.read_version(version)
+            if winner is None:
+                continue
+            if set(winner.removes) & set(no_overlap):
+                raise CommitConflictError(f"files of {self.url} were changed by version "
+                                          f"{winner.version} while this change was prepared")
+            if batch_id is not None and winner.batch_id == batch_id:
+                return self._same_or_conflict(winner, batch_id, token)
+
+    def _same_or_conflict(self, existing: CommitRecord, batch_id: int,
+                          token: str) -> CommitRecord:
+        if existing.token == token:
+            return existing
+        raise CommitConflictError(
+            f"batch {batch_id} of {self.url} was already committed by writer "
+            f"{existing.writer_id!r} (epoch {existing.epoch}, version {existing.version})")

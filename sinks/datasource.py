@@ -1,0 +1,125 @@
+"""``fencedparquet``: the streaming Python Data Source sink (same commit protocol as
+``foreachBatch``).
+
+Usage::
+
+    (df.writeStream.format("fencedparquet")
+       .option("path", "s3://lake/events").option("storageOptions", json.dumps(opts))
+       .option("partitionBy", "day").option("checkpointLocation", ckpt).start())
+
+Where each piece runs:
+- ``FencedParquetDataSource``: re-created from the options on the driver for planning and for
+  every commit; it holds no run state.
+- ``streamWriter()``: on the driver, at planning (checks the schema before any task runs) and
+  again in the fresh process of every commit.
+- ``FencedParquetStreamWriter.write()``: executors; claims the writer epoch if another writer
+  identity holds it, writes files, returns ``FencedCommitMessage``.
+- ``commit(messages, batchId)``: a fresh Python process on the driver; skips a batch this
+  writer already committed, refuses (FencedError) if another writer identity took the epoch,
+  otherwise creates the record exclusively and syncs _spark_metadata.
+
+Fencing here is by writer identity (``writerId`` or the checkpoint location), because Spark
+keeps no Python state between a batch's planning, tasks and commit: of two queries writing one
+path at once, the one whose commit finds the other's claim fails with FencedError. Two runs of
+the same query (same checkpoint) replay the same batches; the exclusive record keeps one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from sinks.commit import check_schema, publish_batch, sync_spark
+from orderedstream.errors import FencedError
+from sinks.commitlog import CommitLog
+from sinks.datafile import DataFile
+from sinks.options import FencedParquetOptions
+from sinks.schema import spark_to_arrow
+from sinks.writer import task_attempt_id, write_parquet_files
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FencedCommitMessage(WriterCommitMessage):
+    """What one write task sends to the driver: the files it wrote (picklable)."""
+
+    files: tuple[DataFile, ...]
+
+
+class FencedParquetDataSource(DataSource):
+    """Streaming sink ``format("fencedparquet")``; see the module docstring for options.
+
+    Spark re-creates this object from its options for planning and for every commit, so no
+    per-run state can live here: the writer identity is ``writerId``, else the query's
+    ``checkpointLocation`` (same query = same checkpoint), and the epoch is owned by identity.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = FencedParquetOptions.from_mapping(options)
+        checkpoint = {k.lower(): v for k, v in options.items()}.get("checkpointlocation")
+        explicit = any(k.replace("_", "").lower() == "writerid" for k in options)
+        self.identity = (self.parsed.writer_id if explicit or not checkpoint
+                         else f"checkpoint:{checkpoint.rstrip('/')}")
+
+    @classmethod
+    def name(cls) -> str:
+        return "fencedparquet"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> FencedParquetStreamWriter:
+        """Driver (planning, and again in each commit process). Refuses an incompatible schema
+        before any task writes a file."""
+        return FencedParquetStreamWriter(self.parsed, schema, self.identity)
+
+
+class FencedParquetStreamWriter(DataSourceStreamArrowWriter):
+    """Pickled to executors for ``write``; rebuilt on the driver for ``commit``."""
+
+    def __init__(self, options: FencedParquetOptions, schema: StructType, identity: str) -> None:
+        self.options = options
+        self.identity = identity
+        self.arrow_schema = spark_to_arrow(schema)
+        self.table_schema = check_schema(CommitLog(options.path, options.storage_options),
+                                         options, self.arrow_schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FencedCommitMessage:
+        """Executor: take the writer epoch if another writer holds it (that writer's next
+        commit is then fenced), write this task's rows as Parquet files (not visible yet)."""
+        commit_log = CommitLog(self.options.path, self.options.storage_options)
+        current = commit_log.current_epoch()
+        if current is None or current.writer_id != self.identity:
+            commit_log.claim_epoch(self.identity)
+        files = write_parquet_files(iterator, self.options, task_attempt_id())
+        return FencedCommitMessage(tuple(files))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver (fresh process): publish batch ``batchId`` exactly once, or raise
+        FencedError when another writer took the epoch since this batch's tasks ran."""
+        commit_log = CommitLog(self.options.path, self.options.storage_options)
+        existing = commit_log.get(batchId)
+        if existing is not None and existing.writer_id == self.identity:
+            log.info("batch %s of %s is already committed; replay skipped", batchId,
+                     self.options.path)
+            sync_spark(commit_log, self.options)
+            return
+        current = commit_log.current_epoch()
+        if current is None or current.writer_id != self.identity:
+            owner = "nobody" if current is None else repr(current.writer_id)
+            raise FencedError(
+                f"writer {self.identity!r} is fenced at {self.options.path}: the writer epoch "
+                f"{'' if current is None else current.number} is held by {owner}; batch "
+                f"{batchId} was not published. Two queries cannot write one path at once.")
+        files = [f for m in messages if isinstance(m, FencedCommitMessage) for f in m.files]
+        publish_batch(commit_log, self.options, batchId, current, files, self.table_schema,
+                      extra={"entry": "datasource"})
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: nothing to undo; written files stay orphans until vacuum."""
+        log.warning("batch %s of %s aborted; its files are orphans for vacuum", batchId,
+                    self.options.path)

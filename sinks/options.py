@@ -1,0 +1,142 @@
+"""``FencedParquetOptions``: every sink option, parsed once from strings, validated.
+
+Spark hands Data Source options over as a case-insensitive dict of strings; ``foreachBatch``
+users pass Python values. Both go through ``FencedParquetOptions.from_mapping`` so the two
+entry points accept the same names with the same errors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orderedstream.errors import OptionError
+
+COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+# Spark option name (lower-cased) -> dataclass field.
+_NAMES = {
+    "path": "path", "storageoptions": "storage_options", "writerid": "writer_id",
+    "partitionby": "partition_by", "compression": "compression",
+    "compressionlevel": "compression_level", "rowgrouprows": "row_group_rows",
+    "targetfilesize": "target_file_bytes", "targetfilebytes": "target_file_bytes",
+    "metadatacompactinterval": "metadata_compact_interval",
+    "maxopenfiles": "max_open_files",
+}
+
+# Options Spark itself consumes that still reach a data source's option map.
+_SPARK_OWNED = {"checkpointlocation", "queryname"}
+
+
+def parse_size(name: str, value: Any) -> int:
+    """``134217728``, ``128MB``, ``128m``, ``1GiB`` -> bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        match = _SIZE.match(str(value))
+        if not match:
+            raise OptionError(f"option {name}={value!r} is not a size: use bytes or a number "
+                              "with a unit such as 64MB, 512KB, 1GB")
+        unit = (match.group(2) or "").lower()[:1]
+        number = int(match.group(1)) * _UNITS[unit]
+    if number <= 0:
+        raise OptionError(f"option {name}={value!r} must be positive")
+    return number
+
+
+def _positive_int(name: str, value: Any, maximum: int | None = None) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise OptionError(f"option {name}={value!r} is not an integer") from None
+    if number <= 0 or (maximum is not None and number > maximum):
+        bound = f"1..{maximum}" if maximum is not None else "a positive integer"
+        raise OptionError(f"option {name}={value!r} is out of range: use {bound}")
+    return number
+
+
+@dataclass(frozen=True)
+class FencedParquetOptions:
+    """Validated sink options. Picklable (executors receive a copy).
+
+    - ``path``: table root, any fsspec URL (``s3://bucket/t``, ``/local/dir``, ``file://...``).
+    - ``storage_options``: fsspec keyword arguments (Spark option: a JSON object string).
+    - ``writer_id``: names this writer in commit records and errors (default ``"default"``).
+    - ``partition_by``: Hive-style partition columns (Spark option: comma separated).
+    - ``compression`` (zstd default) / ``compression_level``; ``row_group_rows`` (rows per
+      Parquet row group, also the rows buffered per open file); ``target_file_bytes`` (roll
+      to a new file past this size); ``max_open_files`` (per task, bounds memory when
+      writing many partitions); ``metadata_compact_interval``: ``_spark_metadata`` compacts
+      every N versions (1..10: Spark readers derive the interval from the files and only
+      agree with intervals up to their default of 10).
+    """
+
+    path: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    writer_id: str = "default"
+    partition_by: tuple[str, ...] = ()
+    compression: str = "zstd"
+    compression_level: int | None = None
+    row_group_rows: int = 1_000_000
+    target_file_bytes: int = 128 * 1024**2
+    max_open_files: int = 32
+    metadata_compact_interval: int = 10
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any], **overrides: Any) -> FencedParquetOptions:
+        """Parse Spark-style (string) or Python options; unknown names are refused."""
+        raw: dict[str, Any] = {}
+        for key, value in {**dict(options), **overrides}.items():
+            normal = key.replace("_", "").lower()
+            if normal in _SPARK_OWNED:
+                continue
+            if normal not in _NAMES:
+                accepted = ", ".join(sorted({"path", "storageOptions", "writerId", "partitionBy",
+                                             "compression", "compressionLevel", "rowGroupRows",
+                                             "targetFileSize", "maxOpenFiles",
+                                             "metadataCompactInterval"}))
+                raise OptionError(f"unknown fencedparquet option {key!r}; accepted: {accepted}")
+            if value is not None:
+                raw[_NAMES[normal]] = value
+        if not raw.get("path"):
+            raise OptionError("fencedparquet needs option 'path' (the table root URL, e.g. "
+                              "s3://bucket/table or /data/table)")
+        storage = raw.get("storage_options", {})
+        if isinstance(storage, str):
+            try:
+                storage = json.loads(storage) if storage.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise OptionError(f"option storageOptions is not valid JSON: {exc}") from None
+        if not isinstance(storage, dict):
+            raise OptionError("option storageOptions must be a JSON object of fsspec arguments")
+        parts = raw.get("partition_by", ())
+        if isinstance(parts, str):
+            parts = [p.strip() for p in parts.split(",") if p.strip()]
+        parts = tuple(str(p) for p in parts)
+        if len(set(parts)) != len(parts):
+            raise OptionError(f"option partitionBy={list(parts)} names a column twice")
+        compression = str(raw.get("compression", "zstd")).lower()
+        if compression == "uncompressed":
+            compression = "none"
+        if compression not in COMPRESSIONS:
+            raise OptionError(f"option compression={raw.get('compression')!r} is not supported; "
+                              f"accepted: {', '.join(COMPRESSIONS)}")
+        level = raw.get("compression_level")
+        return cls(
+            path=str(raw["path"]).rstrip("/"), storage_options=storage,
+            writer_id=str(raw.get("writer_id", "default")), partition_by=parts,
+            compression=compression,
+            compression_level=None if level is None else _positive_int("compressionLevel",
+                                                                       level, 22),
+            row_group_rows=_positive_int("rowGroupRows", raw.get("row_group_rows", 1_000_000)),
+            target_file_bytes=parse_size("targetFileSize",
+                                         raw.get("target_file_bytes", 128 * 1024**2)),
+            max_open_files=_positive_int("maxOpenFiles", raw.get("max_open_files", 32)),
+            metadata_compact_interval=_positive_int(
+                "metadataCompactInterval", raw.get("metadata_compact_interval", 10), 10),
+        )
