@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--idle-timeout", default="10 minutes", help="expire idle sessions after")
     run.add_argument("--progress-every", type=float, default=10.0, help="seconds between lines")
     run.set_defaults(func=_run)
+    from sinks.cli import register as register_sink_commands
+
+    register_sink_commands(sub)  # orderedstream sink {batches,files,verify,compact,vacuum}
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     return int(args.func(args))
