@@ -51,7 +51,8 @@ def make_processor(opts: JobOptions) -> Any:
         state_location=opts.state_location, output=opts.output, output_schema=OUTPUT_SCHEMA,
         key="key", timeout=ProcessingTimeTimeout(), storage_options=dict(opts.storage_options),
         writer_id=opts.query_name, writer_options={"partitionBy": list(PARTITION_BY)},
-        columns=["key", "value", "topic", "partition", "offset", "timestamp"])
+        columns=["key", "value", "topic", "partition", "offset", "timestamp"],
+        checkpoint_location=opts.checkpoint)
 
 
 def start_job(spark: Any, opts: JobOptions, once: bool = False) -> tuple[Any, Any]:

@@ -65,7 +65,8 @@ class S3Server:
                 f"-master.port={self.master_port}", f"-volume.port={self.volume_port}",
                 f"-filer.port={self.filer_port}", f"-s3.port={self.port}",
                 f"-webdav.port={self.webdav_port}", f"-admin.port={self.admin_port}",
-                "-s3.port.iceberg=0", "-admin.ui=false", f"-bucket={self.bucket}"]
+                "-s3.port.iceberg=0", "-s3.port.lance=0", "-admin.ui=false",
+                f"-bucket={self.bucket}"]
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
         self._proc = ManagedProcess("seaweedfs", argv, self.log_path, cwd=self.workdir).start()
         wait_until(self._bucket_ready, timeout, f"SeaweedFS S3 on {self.endpoint}",

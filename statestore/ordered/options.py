@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
 from orderedstream.errors import OptionError
+from statestore.ordered.placement import PLACEMENT_MODES
 from statestore.ordered.timeouts import (
     EventTimeTimeout,
     NoTimeout,
@@ -41,6 +42,11 @@ class OrderedOptions:
     - ``storage_options``: fsspec options for both URLs (e.g. s3fs endpoint and keys).
     - ``writer_options``: extra keyword options of ``sinks.writer`` (file size, compression).
     - ``store_options``: extra ``StateStoreOptions`` fields (``local_dir``, cache sizes).
+    - ``checkpoint_location``: the streaming query's ``checkpointLocation`` (local path or
+      fsspec URL, read with ``storage_options`` unless local). With it, each batch's tasks
+      prefer the executor holding their partition's state (``statestore.ordered.placement``).
+    - ``placement``: ``"auto"`` (place when the checkpoint is known, the JVM shim is loaded
+      and the session runs on a cluster) or ``"off"`` (Spark's own placement).
     """
 
     state_location: str
@@ -55,6 +61,8 @@ class OrderedOptions:
     query_name: str = "ordered"
     writer_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     store_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    checkpoint_location: str | None = None
+    placement: Literal["auto", "off"] = "auto"
 
     def __post_init__(self) -> None:
         for name in ("state_location", "output"):
@@ -79,6 +87,14 @@ class OrderedOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OptionError(f"OrderedStateful({name}={value!r}): a positive integer")
+        if self.placement not in PLACEMENT_MODES:
+            raise OptionError(f"OrderedStateful(placement={self.placement!r}): accepted are "
+                              f"{', '.join(repr(m) for m in PLACEMENT_MODES)}")
+        if self.checkpoint_location is not None and (
+                not isinstance(self.checkpoint_location, str) or not self.checkpoint_location):
+            raise OptionError(f"OrderedStateful(checkpoint_location="
+                              f"{self.checkpoint_location!r}): the query's checkpointLocation "
+                              "(a path or fsspec URL), or None")
         if self.columns is not None:
             object.__setattr__(self, "columns", tuple(self.columns))
         object.__setattr__(self, "storage_options", dict(self.storage_options))

@@ -34,8 +34,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -46,6 +46,7 @@ from sinks.schema import encode_schema, spark_to_arrow
 from sinks.table import FencedTable
 from statestore.ordered.keyed_state import STATE_SPACE, decode_key
 from statestore.ordered.options import OrderedOptions
+from statestore.ordered.placement import StatePlacement
 from statestore.ordered.plan import (
     BatchPlan,
     PartitionBase,
@@ -101,10 +102,30 @@ class BatchResult:
     def output_rows(self) -> int:
         return self.record.rows
 
+    preferred: Mapping[str, str] = field(default_factory=dict)
+    """Kafka partition -> executor id its task was asked to run on ({} without placement)."""
+
     @property
     def executors(self) -> dict[str, str | None]:
-        """Kafka partition -> executor that committed its state in this batch."""
+        """Kafka partition -> executor that committed its state in this batch (Spark's executor
+        id when the batch was placed, else ``<host>/<executor id>`` when known)."""
         return {c.partition_id: c.executor for c in self.commits}
+
+    @property
+    def restores(self) -> int:
+        """Partitions whose committed state was restored from the object store (their task's
+        executor had no current local copy) in this batch."""
+        return sum(1 for c in self.commits if c.metrics.get("restored"))
+
+    @property
+    def restored(self) -> tuple[str, ...]:
+        """The Kafka partitions counted by :attr:`restores`."""
+        return tuple(sorted(c.partition_id for c in self.commits if c.metrics.get("restored")))
+
+    @property
+    def bytes_downloaded(self) -> int:
+        """State bytes downloaded from the object store by this batch's tasks."""
+        return sum(int(c.metrics.get("bytes_downloaded") or 0) for c in self.commits)
 
 
 class OrderedStateful:
@@ -120,6 +141,12 @@ class OrderedStateful:
     ``compression``, ``targetFileSize``, ...). ``writer_id`` names this query in the commit
     records; every ``OrderedStateful`` instance claims a new writer epoch on its first batch,
     which fences any older instance (a zombie driver) writing to the same output.
+
+    ``checkpoint_location`` (the query's ``checkpointLocation``) with ``placement="auto"`` makes
+    each Kafka partition's task prefer the executor that committed its state last, so its local
+    state copy is reused instead of restored (needs the JVM shim and a cluster; see
+    ``statestore.ordered.placement``). ``BatchResult.restores`` / ``bytes_downloaded`` count
+    what each batch restored from the object store either way.
     """
 
     def __init__(self, func: UserFunction, *, state_location: str, output: str,
@@ -129,7 +156,9 @@ class OrderedStateful:
                  writer_id: str = "ordered", max_cached_keys: int = 10_000,
                  output_batch_rows: int = 8_192,
                  writer_options: Mapping[str, Any] | None = None,
-                 store_options: Mapping[str, Any] | None = None) -> None:
+                 store_options: Mapping[str, Any] | None = None,
+                 checkpoint_location: str | None = None,
+                 placement: Literal["auto", "off"] = "auto") -> None:
         if not callable(func):
             raise OptionError(f"OrderedStateful(func=...) must be callable, got {func!r}")
         self.func = func
@@ -139,11 +168,15 @@ class OrderedStateful:
             timeout=timeout or NoTimeout(), columns=None if columns is None else tuple(columns),
             max_cached_keys=max_cached_keys, output_batch_rows=output_batch_rows,
             storage_options=dict(storage_options or {}), query_name=writer_id,
-            writer_options=dict(writer_options or {}), store_options=dict(store_options or {}))
+            writer_options=dict(writer_options or {}), store_options=dict(store_options or {}),
+            checkpoint_location=checkpoint_location, placement=placement)
         sink_options = {"row_group_rows": DEFAULT_ROW_GROUP_ROWS, **dict(writer_options or {})}
         self.sink = FencedParquetOptions.from_mapping(
             sink_options, path=self.options.output,
             storage_options=self.options.storage_options, writer_id=writer_id)
+        self.placement = StatePlacement(
+            checkpoint_location=self.options.checkpoint_location, mode=self.options.placement,
+            key_prefix=self.options.state_location, storage_options=self.options.storage_options)
         self._log: CommitLog | None = None
         self._epoch: Epoch | None = None
         self.last_result: BatchResult | None = None
@@ -211,6 +244,7 @@ class OrderedStateful:
         frame = batch_df
         if self.options.columns is not None:
             frame = batch_df.select(*self.options.required_columns())
+        frame, placed = self.placement.prefer(frame, batch_id)
         rows = frame.mapInArrow(task, _commit_ddl()).collect()
         commits = [PartitionCommit.from_json(row["commit"]) for row in rows]
         commits += self._run_due_timeouts(batch_df.sparkSession, task, bases,
@@ -229,8 +263,10 @@ class OrderedStateful:
         record = self.log.commit(batch_id, self._epoch, files,
                                  extra=extra_for(advance(bases, commits), batch_id, commits),
                                  schema=encode_schema(self.options.output_schema))
+        self.placement.committed(placed, commits)
         self.table().sync_spark_metadata(interval=self.sink.metadata_compact_interval)
-        self.last_result = BatchResult(batch_id, False, record, tuple(commits))
+        self.last_result = BatchResult(batch_id, False, record, tuple(commits),
+                                       dict(placed.planned) if placed is not None else {})
         return self.last_result
 
     foreach_batch = process_batch

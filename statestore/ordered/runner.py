@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from orderedstream.errors import OrderViolationError, SchemaMismatchError
 from sinks.options import FencedParquetOptions
 from sinks.writer import task_attempt_id, write_parquet_files
+from statestore.base import EMPTY_VERSION
 from statestore.ordered.group_state import GroupState
 from statestore.ordered.keyed_state import (
     STATE_SPACE,
@@ -38,7 +39,11 @@ from statestore.ordered.keyed_state import (
     encode_key,
 )
 from statestore.ordered.options import OrderedOptions
-from statestore.ordered.placement import executor_id
+from statestore.ordered.placement import (
+    executor_id,
+    spark_executor_id,
+    spark_partition_index,
+)
 from statestore.ordered.plan import (
     BatchPlan,
     PartitionBase,
@@ -301,13 +306,23 @@ class OrderedTask:
                    "process_s": round(processed - opened, 4),
                    "commit_s": round(finished - processed, 4),
                    "state": candidate.metrics.to_dict(), "cwd": os.getcwd()}
-        if store.last_restore is not None:
-            metrics["restore"] = store.last_restore.to_dict()
+        restore = store.last_restore
+        if restore is not None:
+            metrics["restore"] = restore.to_dict()
+        # A restore: a committed version opened without reusing this executor's local copy.
+        metrics["reused_local"] = bool(restore is not None and restore.reused_local)
+        metrics["restored"] = bool(base.version != EMPTY_VERSION and restore is not None
+                                   and not restore.reused_local)
+        metrics["bytes_downloaded"] = int(restore.bytes_downloaded if restore is not None else 0)
+        placed_on = spark_executor_id()
+        metrics["spark_executor_id"] = placed_on
+        metrics["spark_partition"] = spark_partition_index()
         return PartitionCommit(
             partition_id=pid, batch_id=self.plan.batch_id,
             files=tuple(f.to_dict() for f in files), candidate=candidate.to_json(),
             manifest=candidate.manifest_path, first_offset=run.first_offset,
             last_offset=run.last_offset, records=run.records, output_rows=run.output_rows,
             timeouts=run.timeouts, max_event_ms=run.max_event_ms,
-            next_timeout_ms=run.next_timeout_ms, num_keys=num_keys, executor=executor_id(),
+            next_timeout_ms=run.next_timeout_ms, num_keys=num_keys,
+            executor=placed_on or executor_id(),
             task_attempt=attempt, metrics=metrics)
