@@ -41,8 +41,14 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 def consumer_config(options: OrderedKafkaOptions) -> dict[str, Any]:
     """Settings of an executor's consumer: no group management, no auto commit, out-of-range
-    is an error (never a silent reset), partition EOF reported so the end is recognised."""
-    conf: dict[str, Any] = {"queued.max.messages.kbytes": 32768, **options.client_config()}
+    is an error (never a silent reset), partition EOF reported so the end is recognised.
+    Fetches are larger than librdkafka's defaults, since a task reads one partition to its
+    end (``benchmarks/profile_source_reader.py`` shows where a task's time goes); ``kafka.*``
+    options win."""
+    conf: dict[str, Any] = {"queued.max.messages.kbytes": 65536,
+                            "max.partition.fetch.bytes": 8 * 1024 * 1024,
+                            "fetch.max.bytes": 64 * 1024 * 1024,
+                            **options.client_config()}
     conf.update({"group.id": options.group_id, "enable.auto.commit": False,
                  "enable.auto.offset.store": False, "enable.partition.eof": True,
                  "auto.offset.reset": "error"})
