@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,7 +69,13 @@ def _run(args: argparse.Namespace) -> int:
                       topic_pattern=args.topic_pattern, storage_options=storage,
                       max_offsets_per_trigger=args.max_offsets_per_trigger, trigger=args.trigger,
                       idle_timeout=args.idle_timeout)
-    spark = local_spark_session("orderedstream-job", master=args.master)
+    if os.environ.get("PYSPARK_GATEWAY_PORT") and args.master is None:
+        # Launched by spark-submit: its --master, --conf and --jars configure the session.
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("orderedstream-job").getOrCreate()
+    else:
+        spark = local_spark_session("orderedstream-job", master=args.master or "local[2,4]")
     spark.sparkContext.setLogLevel("WARN")
     query, processor = start_job(spark, opts, once=args.available_now)
     stopping = {"signal": None}
@@ -120,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--s3-endpoint", help="S3 endpoint URL for s3:// URLs (else AWS default)")
     run.add_argument("--access-key", default="orderedstream", help="S3 access key")
     run.add_argument("--secret-key", default="orderedstream-secret", help="S3 secret key")
-    run.add_argument("--master", default="local[2]", help="Spark master")
+    run.add_argument("--master", default=None,
+                     help="Spark master (default: spark-submit's, else local[2,4])")
     run.add_argument("--trigger", default="2 seconds", help="processing-time trigger interval")
     run.add_argument("--available-now", action="store_true",
                      help="process what is in Kafka now, then stop (Trigger.AvailableNow)")
