@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--rows", type=int, default=20, help="rows in each session's snapshot")
     demo.add_argument("--updates", type=int, default=60, help="row changes per session")
     demo.add_argument("--seed", type=int, default=7, help="generator seed")
-    demo.add_argument("--max-offsets-per-trigger", type=int, default=20000,
+    demo.add_argument("--max-offsets-per-trigger", type=int, default=1500,
                       help="records per micro-batch at most")
     demo.set_defaults(func=_demo)
     run = sub.add_parser("run", help="run the main job against given Kafka and storage")
