@@ -85,3 +85,62 @@ def peak_rss_mb(children: bool = True) -> float:
 
 def write_results(path: Path, results: list[Result]) -> None:
     path.write_text(json.dumps([r.as_dict() for r in results], indent=2))
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def batch_durations_ms(progress: list[dict[str, Any]]) -> list[float]:
+    """Per-batch wall time (``durationMs.triggerExecution``) of the batches that read data.
+
+    Same measure for every engine in a streaming query (``foreachBatch`` work included), taken
+    from ``query.recentProgress``; keep ``spark.sql.streaming.numRecentProgressUpdates`` above
+    the batch count so none is dropped.
+    """
+    return [float(p["durationMs"]["triggerExecution"]) for p in progress
+            if p.get("numInputRows") and "triggerExecution" in p.get("durationMs", {})]
+
+
+class RssSampler:
+    """Peak summed RSS of this process and all its descendants (Spark's JVM, Python workers,
+    executors), sampled every ``interval`` seconds while the ``with`` block runs."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        import threading
+
+        self.interval = interval
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def sample(self) -> float:
+        import psutil
+
+        me = psutil.Process()
+        total = 0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return total / 2**20
+
+    def _run(self) -> None:
+        while True:
+            self.peak_mb = max(self.peak_mb, self.sample())
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.peak_mb = max(self.peak_mb, self.sample())

@@ -51,13 +51,25 @@ def write_report(out: Path, results: list[dict[str, Any]], meta: dict[str, Any])
     chart = _chart(out, results)
     if chart:
         lines += ["", f"![ratios]({chart.name})"]
+    scaling = _scaling_chart(out, results)
+    if scaling:
+        lines += ["", "## Scaling", "",
+                  "Throughput per component against Kafka (= state) partitions in local[2] and "
+                  "against executors on the standalone cluster; ratios in the table are "
+                  "speedups over the component's first point.", "",
+                  f"![scaling]({scaling.name})"]
     md = out / "report.md"
     md.write_text("\n".join(lines) + "\n")
     return md
 
 
+def _is_scaling(result: dict[str, Any]) -> bool:
+    """Scaling rows compare a point with the same component's first point, not with Spark."""
+    return bool((result.get("extra") or {}).get("scaling"))
+
+
 def _chart(out: Path, results: list[dict[str, Any]]) -> Path | None:
-    rows = [r for r in results if r.get("ratio")]
+    rows = [r for r in results if r.get("ratio") and not _is_scaling(r)]
     if not rows:
         return None
     import matplotlib
@@ -78,6 +90,49 @@ def _chart(out: Path, results: list[dict[str, Any]]) -> Path | None:
         ax.text(value, y, f" {value:.2f}x", va="center")
     fig.tight_layout()
     path = out / "ratios.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _scaling_chart(out: Path, results: list[dict[str, Any]]) -> Path | None:
+    """scaling.png: records/s vs partitions (local) and vs executors (cluster), per component."""
+    rows = [r for r in results if _is_scaling(r)]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_parts, by_execs) = plt.subplots(1, 2, figsize=(11, 4))
+    components = list(dict.fromkeys(r["extra"]["component"] for r in rows))
+    for component in components:
+        local = sorted((r["extra"]["partitions"], r["ours"]) for r in rows
+                       if r["extra"]["component"] == component and not r["extra"]["executors"])
+        cluster = sorted((r["extra"]["executors"], r["ours"]) for r in rows
+                         if r["extra"]["component"] == component and r["extra"]["executors"])
+        if local:
+            by_parts.plot([p for p, _ in local], [v for _, v in local], marker="o",
+                          label=component)
+        if cluster:
+            by_execs.plot([e for e, _ in cluster], [v for _, v in cluster], marker="o",
+                          label=component)
+    by_parts.set_xscale("log", base=2)
+    parts = sorted({r["extra"]["partitions"] for r in rows if not r["extra"]["executors"]})
+    if parts:
+        by_parts.set_xticks(parts, [str(p) for p in parts])
+    by_parts.set_xlabel("Kafka (= state) partitions, local[2]")
+    by_execs.set_xlabel("executors (1 core each), standalone cluster")
+    for ax in (by_parts, by_execs):
+        ax.set_yscale("log")
+        ax.set_ylabel("records (keys) / s")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    by_execs.set_xticks(sorted({r["extra"]["executors"] for r in rows
+                                if r["extra"]["executors"]}) or [1])
+    fig.tight_layout()
+    path = out / "scaling.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -23,16 +23,24 @@ from benchmarks.common import CaseContext, Result, peak_rss_mb, write_results
 from benchmarks.report import write_report
 
 SIZES: dict[str, dict[str, int]] = {
-    "tiny": {"records": 20_000, "partitions": 4, "keys": 20_000, "rows": 20_000},
-    "default": {"records": 2_000_000, "partitions": 8, "keys": 1_000_000, "rows": 2_000_000},
-    "large": {"records": 10_000_000, "partitions": 8, "keys": 10_000_000, "rows": 10_000_000},
+    "tiny": {"records": 20_000, "partitions": 4, "keys": 20_000, "rows": 20_000,
+             "e2e_records": 3_000, "e2e_batches": 3, "yahoo_events": 20_000,
+             "yahoo_batches": 3, "scale_records": 4_000, "scale_points": 2},
+    "default": {"records": 2_000_000, "partitions": 8, "keys": 1_000_000, "rows": 2_000_000,
+                "e2e_records": 100_000, "e2e_batches": 8, "ordered_records": 1_000_000,
+                "yahoo_events": 500_000, "yahoo_batches": 8, "scale_records": 200_000,
+                "scale_points": 4},
+    "large": {"records": 10_000_000, "partitions": 8, "keys": 10_000_000, "rows": 10_000_000,
+              "e2e_records": 1_000_000, "e2e_batches": 20, "yahoo_events": 5_000_000,
+              "yahoo_batches": 20, "scale_records": 1_000_000, "scale_points": 4},
 }
 
 
 def available_cases() -> list[str]:
     import benchmarks.cases as cases
 
-    return sorted(m.name for m in pkgutil.iter_modules(cases.__path__) if not m.name.startswith("_"))
+    return sorted(m.name for m in pkgutil.iter_modules(cases.__path__)
+                  if not m.name.startswith("_"))
 
 
 def run_case_in_process(name: str, ctx: CaseContext, out: Path) -> tuple[list[dict], str | None]:

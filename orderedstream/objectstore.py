@@ -1,8 +1,9 @@
 """Conditional writes on any fsspec filesystem: the fencing primitives of every commit.
 
 - ``create_exclusive``: create an object only if absent (S3 ``If-None-Match: *``; local
-  write-then-``link``, which fails if the name exists). A create that s3fs retried after it had in fact succeeded comes back as
-  "already exists": the content is read back and compared, so the writer is told the truth.
+  write-then-``link``, which fails if the name exists). A create that s3fs retried after it
+  had in fact succeeded comes back as "already exists": the content is read back and
+  compared, so the writer is told the truth.
 - ``read_versioned`` / ``replace_if_unchanged``: compare-and-swap (S3 ``If-Match: <etag>``;
   locally a lock file plus a content hash as the version tag).
 

@@ -153,7 +153,7 @@ class CommitLog:
         atomic, but a local object written by other tools could still be caught half-written.
         Retried for at most ~2 s, then the content is returned as is (and fails to parse loudly).
         """
-        for attempt in range(100):
+        for _attempt in range(100):
             if versioned:
                 found = objectstore.read_versioned(self.fs, path)
             else:
@@ -238,7 +238,7 @@ class CommitLog:
         missing = [v for v in range(start, last + 1) if v not in self._cache]
         if missing:  # fetch concurrently (s3fs batches these requests)
             paths = [self._record_path(v) for v in missing]
-            for path, data in self.fs.cat(paths, on_error="omit").items():
+            for _path, data in self.fs.cat(paths, on_error="omit").items():
                 if not _is_json(data):
                     continue  # being created right now: read_version waits for it
                 record = CommitRecord.from_json(data)

@@ -34,8 +34,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from sinks.commit import check_schema, publish_batch, sync_spark
 from orderedstream.errors import FencedError
+from sinks.commit import check_schema, publish_batch, sync_spark
 from sinks.commitlog import CommitLog
 from sinks.datafile import DataFile
 from sinks.options import FencedParquetOptions

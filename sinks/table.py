@@ -11,10 +11,10 @@ Driver/client-side code (holds a filesystem client).
 from __future__ import annotations
 
 import json
-from urllib.parse import quote
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.dataset as ds

@@ -42,6 +42,8 @@ class BytesCodec:
     name = "bytes"
 
     def encode(self, value: Any) -> bytes:
+        if type(value) is bytes:  # immutable already: no copy
+            return value
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise TypeError(f"BytesCodec stores bytes only, got {type(value).__name__}")
         return bytes(value)

@@ -77,6 +77,14 @@ class StateStoreOptions:
     Memory: RocksDB's block cache (data, index and filter blocks all charged to it) plus the
     memtables (``write_buffer_bytes`` x ``max_write_buffers`` per space, capped overall by
     ``memtable_budget_bytes``) bound a worker's state memory regardless of the key count.
+    Every partition a process opens with the same sizes shares one cache and one memtable
+    budget, so ``memory_bound_bytes`` is per worker process, not per partition.
+
+    Counting: with ``exact_key_count`` (the default) ``num_keys`` and the manifests' counts are
+    exact; a write costs one extra lookup of its key unless the partition just read it (a
+    read-modify-write, what ``OrderedStateful`` does, costs nothing extra; ``put_many`` batches
+    the lookups). ``exact_key_count=False`` skips them and reports RocksDB's estimate, for
+    blind-write-heavy state.
     """
 
     codec: Codec = field(default_factory=PickleCodec)
@@ -99,6 +107,17 @@ class StateStoreOptions:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OptionError(f"state store option {name}={value!r}: a positive integer "
                                   "is required")
+        if self.write_buffer_bytes > self.memtable_budget_bytes:
+            raise OptionError(
+                f"state store option write_buffer_bytes={self.write_buffer_bytes} is larger "
+                f"than memtable_budget_bytes={self.memtable_budget_bytes}: one memtable must "
+                "fit in the memtable budget (lower write_buffer_bytes or raise the budget)")
+        if self.memtable_budget_bytes > self.block_cache_bytes:
+            raise OptionError(
+                f"state store option memtable_budget_bytes={self.memtable_budget_bytes} is "
+                f"larger than block_cache_bytes={self.block_cache_bytes}: memtables are "
+                "charged to the block cache, so the budget must fit in it (raise "
+                "block_cache_bytes or lower the budget)")
         if self.lock_timeout_s < 0:
             raise OptionError(f"state store option lock_timeout_s={self.lock_timeout_s!r}: "
                               "must be >= 0 seconds")
@@ -107,6 +126,13 @@ class StateStoreOptions:
                 raise OptionError(f"state codec for {name!r} must have encode/decode/spec, "
                                   f"got {type(codec).__name__}")
         object.__setattr__(self, "space_codecs", dict(self.space_codecs))
+
+    @property
+    def memory_bound_bytes(self) -> int:
+        """RocksDB memory a worker process may hold for stores with these sizes: the block
+        cache (which memtables are charged to) plus the memtable budget as headroom for
+        memtables being flushed. Excludes the Python interpreter and values the caller holds."""
+        return self.block_cache_bytes + self.memtable_budget_bytes
 
     def codec_for(self, space: str) -> Codec:
         return self.space_codecs.get(space, self.codec)

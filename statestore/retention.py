@@ -4,20 +4,77 @@ Deleted: version records older than the retained ones, manifests no retained ver
 (candidates of crashed or zombie attempts included) and files no retained manifest references.
 Only artifacts of versions ``<= latest published`` are touched: a higher-numbered candidate
 may belong to an attempt still running, so it is left for a later cleanup.
+
+``artifact_of`` and ``unreferenced`` are shared with the ordered stage's commit-log-driven
+retention (``statestore.ordered.retention``), which decides what is retained differently.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from statestore.base import VersionIndex
 from statestore.manifest import read_manifest
 from statestore.options import StateLocation
 
+ARTIFACT_DIRS = {"manifests": "manifests", "sst": "files"}
+"""Partition sub-directory -> the kind of artifact it holds (as counted by retention)."""
+
 
 def _version_of(name: str) -> int | None:
     head = name.rsplit("/", 1)[-1].split("-", 1)[0]
     return int(head) if head.isdigit() else None
+
+
+def artifact_of(rel: str) -> tuple[str, int] | None:
+    """``(kind, version)`` of a partition artifact path ``.../p=<P>/<manifests|sst>/<v>-...``
+    (kind ``"manifests"`` or ``"files"``); None for anything else (pointers, foreign files)."""
+    parts = rel.rsplit("/", 3)
+    if len(parts) < 3:
+        return None
+    pdir, sub, name = parts[-3], parts[-2], parts[-1]
+    kind = ARTIFACT_DIRS.get(sub)
+    if kind is None or not pdir.startswith("p=") or not pdir[2:].isdigit():
+        return None
+    version = _version_of(name)
+    return None if version is None else (kind, version)
+
+
+def unreferenced(rels: Iterable[str], keep: set[str], latest: int,
+                 ) -> tuple[list[str], dict[str, int]]:
+    """Artifacts among ``rels`` (location-relative paths) that may be deleted: not in ``keep``
+    and of a version ``<= latest``. Returns them and counts ``{"manifests", "files",
+    "in_flight"}`` (``in_flight``: artifacts of versions > latest, left alone)."""
+    doomed: list[str] = []
+    counts = {"manifests": 0, "files": 0, "in_flight": 0}
+    for rel in rels:
+        found = artifact_of(rel)
+        if found is None or rel in keep:
+            continue
+        kind, version = found
+        if version > latest:
+            counts["in_flight"] += 1
+            continue
+        doomed.append(rel)
+        counts[kind] += 1
+    return doomed, counts
+
+
+def drop_listings(fs: Any, root: str) -> None:
+    """Forget cached directory listings at and under ``root``.
+
+    fsspec filesystems are shared per process (instance cache) and s3fs answers ``info`` /
+    ``cat_file`` from a cached listing of the parent directory: a listing left behind by
+    retention would make a manifest created later (by an executor, a new batch) look missing.
+    """
+    cache = getattr(fs, "dircache", None)
+    if cache is None:
+        return
+    root = root.rstrip("/")
+    for key in [k for k in list(cache) if k == root or k.startswith(root + "/")]:
+        cache.pop(key, None)
+    fs.invalidate_cache(root)
 
 
 def _list(fs: Any, path: str) -> list[str]:
@@ -26,6 +83,8 @@ def _list(fs: Any, path: str) -> list[str]:
         return [p.rstrip("/") for p in fs.ls(path, detail=False)]
     except FileNotFoundError:
         return []
+    finally:
+        drop_listings(fs, path)
 
 
 def cleanup_partition(fs: Any, root: str, index: VersionIndex, partition: int,
@@ -38,32 +97,25 @@ def cleanup_partition(fs: Any, root: str, index: VersionIndex, partition: int,
         return {"versions": 0, "manifests": 0, "files": 0}
     latest = published[-1]
     retained = published[-keep_last:]
-    keep_manifests: set[str] = set()
-    keep_files: set[str] = set()
+    keep: set[str] = set()
     for version in retained:
         rel = index.resolve(partition, version)
         if rel is None:
             continue
-        keep_manifests.add(rel)
+        keep.add(rel)
         for entry in read_manifest(fs, root, rel).files:
             if entry.remote is not None:
-                keep_files.add(entry.remote)
+                keep.add(entry.remote)
     pdir = StateLocation.partition_dir(partition)
     deleted = {"versions": 0, "manifests": 0, "files": 0}
     # Forget old versions first: a reader never finds a record whose files are gone.
     for version in published[:-keep_last]:
         index.forget(partition, version)
         deleted["versions"] += 1
-    doomed: list[str] = []
-    for sub, kind in (("manifests", "manifests"), ("sst", "files")):
-        keep = keep_manifests if kind == "manifests" else keep_files
-        for path in _list(fs, f"{root}/{pdir}/{sub}"):
-            rel = path[len(root) + 1:] if path.startswith(root + "/") else path
-            version = _version_of(rel)
-            if rel in keep or version is None or version > latest:
-                continue
-            doomed.append(path)
-            deleted[kind] += 1
+    rels = [path[len(root) + 1:] if path.startswith(root + "/") else path
+            for sub in ARTIFACT_DIRS for path in _list(fs, f"{root}/{pdir}/{sub}")]
+    doomed, counts = unreferenced(rels, keep, latest)
+    deleted["manifests"], deleted["files"] = counts["manifests"], counts["files"]
     if doomed:
-        fs.rm(doomed)
+        fs.rm([f"{root}/{rel}" for rel in doomed])
     return deleted

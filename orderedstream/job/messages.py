@@ -3,7 +3,8 @@
 Wire format (Kafka value, UTF-8 JSON; Kafka key = session id):
 ``{"type": "snapshot", "session": s, "site": x, "seq": 0, "ts": ms, "rows": {row_id: {...}}}``,
 ``{"type": "insert"|"update"|"delete", "session": s, "site": x, "seq": n, "ts": ms,
-"row": row_id, "values": {...}}`` and ``{"type": "end", "session": s, "site": x, "seq": n, "ts": ms}``.
+"row": row_id, "values": {...}}`` and
+``{"type": "end", "session": s, "site": x, "seq": n, "ts": ms}``.
 ``seq`` counts a session's messages from 0; the job checks it to prove order.
 """
 
@@ -47,20 +48,22 @@ def parse(key: bytes | None, value: bytes | None) -> Message:
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadMessage("not_utf8", f"value is not UTF-8 ({exc.reason} at byte {exc.start})")
+        raise BadMessage("not_utf8",
+                         f"value is not UTF-8 ({exc.reason} at byte {exc.start})") from exc
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BadMessage("bad_json", f"value is not JSON ({exc.msg} at char {exc.pos})")
+        raise BadMessage("bad_json", f"value is not JSON ({exc.msg} at char {exc.pos})") from exc
     if not isinstance(doc, dict):
         raise BadMessage("bad_json", "value is not a JSON object")
     kind = doc.get("type")
     if kind not in MESSAGE_TYPES:
         raise BadMessage("unknown_type", f"type {kind!r} is not one of {', '.join(MESSAGE_TYPES)}")
     try:
-        session, site, seq, ts = str(doc["session"]), str(doc["site"]), int(doc["seq"]), int(doc["ts"])
+        session, site = str(doc["session"]), str(doc["site"])
+        seq, ts = int(doc["seq"]), int(doc["ts"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise BadMessage("missing_field", f"{kind} message lacks a valid field ({exc})")
+        raise BadMessage("missing_field", f"{kind} message lacks a valid field ({exc})") from exc
     if key is not None and key.decode("utf-8", "replace") != session:
         raise BadMessage("key_mismatch", f"Kafka key {key!r} is not the session id {session!r}")
     if kind == "snapshot":

@@ -85,7 +85,8 @@ class KafkaBroker:
         log4j = resources.files("orderedstream.services").joinpath("resources", log_config)
         java = shutil.which("java")
         if java is None:
-            raise ServiceError("Java 17+ is needed to run the local Kafka broker ('java' not found)")
+            raise ServiceError(
+                "Java 17+ is needed to run the local Kafka broker ('java' not found)")
         heap = heap or self.heap
         return [java, f"-Xmx{heap}", "-XX:+UseG1GC",
                 f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true",
@@ -143,7 +144,8 @@ class KafkaBroker:
         Kafka's Java clients are an independent second client next to librdkafka.
         """
         proc = subprocess.run(self._java(main, *args, heap="256m",
-                                         log_config="kafka-tools-log4j2.properties"), input=stdin, capture_output=True,
+                                         log_config="kafka-tools-log4j2.properties"),
+                              input=stdin, capture_output=True,
                               text=True, timeout=timeout, check=False)
         if proc.returncode != 0:
             raise ServiceError(f"{main} exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -198,7 +200,8 @@ class KafkaBroker:
         return Producer(conf)
 
     def produce(self, topic: str, records: Iterable[tuple[bytes | str | None, bytes | str | None]],
-                partition: int | None = None, headers: list[tuple[str, bytes]] | None = None) -> int:
+                partition: int | None = None,
+                headers: list[tuple[str, bytes]] | None = None) -> int:
         """Produce (key, value) pairs and flush; returns how many were delivered."""
         producer = self.producer()
         delivered = 0

@@ -4,7 +4,10 @@
 micro-batch run through a user function in offset order on the executors (one narrow
 ``mapInArrow`` stage), with per-key state (``GroupState``), processing-time and event-time
 timeouts, Parquet output and state versions published together in one exclusive commit
-record per batch: a replayed batch is skipped, output and state never disagree.
+record per batch: a replayed batch is skipped, output and state never disagree. State older
+than the last ``keep_batches`` records is deleted every ``cleanup_interval_batches`` batches
+(``statestore.ordered.retention``); ``BatchResult.output_df()`` returns a batch's committed rows
+as a DataFrame for another sink (``statestore.ordered.output``).
 
     from statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
@@ -17,6 +20,7 @@ from statestore.ordered.group_state import NO_TIMESTAMP, GroupState
 from statestore.ordered.options import OrderedOptions
 from statestore.ordered.plan import BatchPlan, PartitionBase, PartitionCommit
 from statestore.ordered.processor import BatchResult, OrderedStateful, to_arrow_schema
+from statestore.ordered.retention import RetentionPolicy, RetentionResult
 from statestore.ordered.timeouts import (
     EventTimeTimeout,
     NoTimeout,
@@ -36,6 +40,8 @@ __all__ = [
     "PartitionBase",
     "PartitionCommit",
     "ProcessingTimeTimeout",
+    "RetentionPolicy",
+    "RetentionResult",
     "parse_duration_ms",
     "to_arrow_schema",
 ]

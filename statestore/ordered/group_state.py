@@ -112,7 +112,7 @@ class GroupState:
                               f"this processor has {self._timeout_kind!r} timeouts")
         if isinstance(timestamp, datetime.datetime):
             if timestamp.tzinfo is None:
-                timestamp = timestamp.replace(tzinfo=datetime.timezone.utc)
+                timestamp = timestamp.replace(tzinfo=datetime.UTC)
             millis = int(timestamp.timestamp() * 1000)
         elif isinstance(timestamp, int) and not isinstance(timestamp, bool):
             millis = timestamp

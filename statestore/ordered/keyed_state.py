@@ -74,6 +74,12 @@ class KeyedStateTable:
         self.flushes = 0
         self.loads = 0
 
+    @property
+    def cache(self) -> dict[bytes, StateEntry]:
+        """The decoded entries held now (the same dict for the table's life). For hot loops:
+        ``cache.get(key) or load(key)``; change entries only through what ``load`` returns."""
+        return self._cache
+
     def load(self, key: bytes) -> StateEntry:
         """The entry of ``key`` (from the cache, else the store; absent keys are empty)."""
         entry = self._cache.get(key)

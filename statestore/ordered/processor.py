@@ -31,6 +31,7 @@ disagree: both come from the attempt the record names.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -39,13 +40,20 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from orderedstream.errors import CommitConflictError, OptionError, OrderViolationError
+from orderedstream.errors import (
+    CommitConflictError,
+    CorruptStateError,
+    OptionError,
+    OrderViolationError,
+    StateNotFoundError,
+)
 from sinks.commitlog import CommitLog, CommitRecord, Epoch
 from sinks.options import FencedParquetOptions
 from sinks.schema import encode_schema, spark_to_arrow
 from sinks.table import FencedTable
 from statestore.ordered.keyed_state import STATE_SPACE, decode_key
 from statestore.ordered.options import OrderedOptions
+from statestore.ordered.output import batch_output_df
 from statestore.ordered.placement import StatePlacement
 from statestore.ordered.plan import (
     BatchPlan,
@@ -57,9 +65,18 @@ from statestore.ordered.plan import (
     partition_id,
     split_partition_id,
 )
+from statestore.ordered.retention import (
+    DEFAULT_CLEANUP_INTERVAL_BATCHES,
+    OrderedRetention,
+    RetentionPolicy,
+    RetentionResult,
+)
 from statestore.ordered.runner import COMMIT_SCHEMA, OrderedTask, UserFunction
 from statestore.ordered.state_access import open_store
+from statestore.ordered.state_access import store_options as state_store_options
 from statestore.ordered.timeouts import NoTimeout, Timeout
+
+_log = logging.getLogger("statestore.ordered")
 
 DEFAULT_ROW_GROUP_ROWS = 131_072
 
@@ -127,6 +144,25 @@ class BatchResult:
         """State bytes downloaded from the object store by this batch's tasks."""
         return sum(int(c.metrics.get("bytes_downloaded") or 0) for c in self.commits)
 
+    cleanup: RetentionResult | None = None
+    """The state cleanup run after this batch's commit (None when none was due or it failed;
+    a failure is logged as a warning and never fails the batch)."""
+
+    processor: OrderedStateful | None = field(default=None, repr=False, compare=False)
+
+    def output_df(self, spark: Any = None, *, engine: Literal["arrow", "spark"] = "arrow"
+                  ) -> Any:
+        """The rows this batch committed, as a Spark DataFrame read from exactly the files its
+        commit record lists; the same rows when the batch was a skipped replay. Forward them
+        to another sink inside ``foreachBatch``; that sink must dedupe by batch id, since a
+        replay returns them again (see ``statestore.ordered.output``). ``spark`` defaults to
+        the active session."""
+        if self.processor is None:
+            raise OptionError("this BatchResult was built without its OrderedStateful; use "
+                              "OrderedStateful.batch_output(batch_id) instead")
+        return batch_output_df(spark, self.processor.log, self.record,
+                               self.processor.options.storage_options, engine)
+
 
 class OrderedStateful:
     """Ordered stateful processing of each Kafka partition, one ``foreachBatch`` call per batch.
@@ -147,6 +183,14 @@ class OrderedStateful:
     state copy is reused instead of restored (needs the JVM shim and a cluster; see
     ``statestore.ordered.placement``). ``BatchResult.restores`` / ``bytes_downloaded`` count
     what each batch restored from the object store either way.
+
+    State retention follows the commit log: ``keep_batches`` (default: the store option
+    ``keep_last``, 100, like Spark's ``spark.sql.streaming.minBatchesToRetain``) is how many
+    of the latest batch records keep their state versions; after every
+    ``cleanup_interval_batches``-th batch (default 10; None: never automatically) the driver
+    deletes older manifests/SSTs and orphans of failed attempts (``cleanup_state``,
+    ``statestore.ordered.retention``). ``BatchResult.output_df()`` / ``batch_output`` give the
+    rows a batch committed as a DataFrame, to forward to another sink.
     """
 
     def __init__(self, func: UserFunction, *, state_location: str, output: str,
@@ -158,7 +202,10 @@ class OrderedStateful:
                  writer_options: Mapping[str, Any] | None = None,
                  store_options: Mapping[str, Any] | None = None,
                  checkpoint_location: str | None = None,
-                 placement: Literal["auto", "off"] = "auto") -> None:
+                 placement: Literal["auto", "off"] = "auto",
+                 keep_batches: int | None = None,
+                 cleanup_interval_batches: int | None = DEFAULT_CLEANUP_INTERVAL_BATCHES,
+                 ) -> None:
         if not callable(func):
             raise OptionError(f"OrderedStateful(func=...) must be callable, got {func!r}")
         self.func = func
@@ -177,7 +224,12 @@ class OrderedStateful:
         self.placement = StatePlacement(
             checkpoint_location=self.options.checkpoint_location, mode=self.options.placement,
             key_prefix=self.options.state_location, storage_options=self.options.storage_options)
+        self.retention = RetentionPolicy(
+            keep_batches=(state_store_options(self.options).keep_last if keep_batches is None
+                          else keep_batches),
+            cleanup_interval_batches=cleanup_interval_batches)
         self._log: CommitLog | None = None
+        self._retention: OrderedRetention | None = None
         self._epoch: Epoch | None = None
         self.last_result: BatchResult | None = None
 
@@ -209,6 +261,39 @@ class OrderedStateful:
             return iter(())
         return read_state(self.options, base, pid)
 
+    def batch_output(self, batch_id: int, spark: Any = None, *,
+                     engine: Literal["arrow", "spark"] = "arrow") -> Any:
+        """The rows batch ``batch_id`` committed, as a Spark DataFrame (see
+        ``BatchResult.output_df``). Raises StateNotFoundError when it is not committed."""
+        record = self.log.get(int(batch_id))
+        if record is None:
+            raise StateNotFoundError(f"batch {batch_id} is not committed at "
+                                     f"{self.options.output} (latest: {self.log.latest()})")
+        return batch_output_df(spark, self.log, record, self.options.storage_options, engine)
+
+    def cleanup_state(self, keep_batches: int | None = None) -> RetentionResult:
+        """Delete state no longer needed: keep the versions named by the last
+        ``keep_batches`` batch records (default: the processor's), delete older manifests and
+        SST files and orphans of failed attempts up to the latest committed batch. Safe beside
+        a running query (see ``statestore.ordered.retention``). Returns what it did."""
+        if self._retention is None:
+            self._retention = OrderedRetention(self.log, self.options.state_location,
+                                               self.options.storage_options)
+        return self._retention.run(self.retention.keep_batches if keep_batches is None
+                                   else keep_batches)
+
+    def _cleanup_if_due(self, batch_id: int) -> RetentionResult | None:
+        """Automatic retention after a commit: best-effort, a failure only logs a warning."""
+        if not self.retention.due(batch_id):
+            return None
+        try:
+            return self.cleanup_state()
+        except Exception as exc:  # noqa: BLE001 - cleanup must never fail a committed batch
+            _log.warning("state cleanup after batch %s at %s failed (the batch is committed; "
+                         "the next cleanup retries): %s: %s", batch_id,
+                         self.options.state_location, type(exc).__name__, exc)
+            return None
+
     def _bases_before(self, batch_id: int) -> dict[str, PartitionBase]:
         latest = self.log.latest_batch_record()
         if latest is None:
@@ -230,7 +315,7 @@ class OrderedStateful:
         batch_id = int(batch_id)
         existing = self.log.get(batch_id)
         if existing is not None:
-            self.last_result = BatchResult(batch_id, True, existing)
+            self.last_result = BatchResult(batch_id, True, existing, processor=self)
             return self.last_result
         if self._epoch is None:
             self._epoch = self.log.claim_epoch(f"{self.options.query_name}-{uuid.uuid4().hex[:8]}")
@@ -266,7 +351,8 @@ class OrderedStateful:
         self.placement.committed(placed, commits)
         self.table().sync_spark_metadata(interval=self.sink.metadata_compact_interval)
         self.last_result = BatchResult(batch_id, False, record, tuple(commits),
-                                       dict(placed.planned) if placed is not None else {})
+                                       dict(placed.planned) if placed is not None else {},
+                                       cleanup=self._cleanup_if_due(batch_id), processor=self)
         return self.last_result
 
     foreach_batch = process_batch
@@ -305,6 +391,13 @@ def read_state(options: OrderedOptions, base: PartitionBase, pid: str,
         return
     topic, number = split_partition_id(pid)
     store = open_store(options, topic, {(number, base.version): base.manifest})
-    with store.open_read_only(number, base.version) as part:
+    try:
+        part = store.open_read_only(number, base.version)
+    except CorruptStateError as exc:
+        raise CorruptStateError(
+            f"{exc} (state version {base.version} of Kafka {pid}: state of batches older "
+            "than the last keep_batches commit records is deleted by retention)"
+        ) from exc
+    with part:
         for key, (value, _timeout) in part.range(space=STATE_SPACE):
             yield decode_key(key), value

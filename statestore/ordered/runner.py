@@ -32,12 +32,7 @@ from sinks.options import FencedParquetOptions
 from sinks.writer import task_attempt_id, write_parquet_files
 from statestore.base import EMPTY_VERSION
 from statestore.ordered.group_state import GroupState
-from statestore.ordered.keyed_state import (
-    STATE_SPACE,
-    KeyedStateTable,
-    decode_key,
-    encode_key,
-)
+from statestore.ordered.keyed_state import STATE_SPACE, KeyedStateTable, decode_key
 from statestore.ordered.options import OrderedOptions
 from statestore.ordered.placement import (
     executor_id,
@@ -51,12 +46,12 @@ from statestore.ordered.plan import (
     partition_id,
     split_partition_id,
 )
+from statestore.ordered.records import RecordDecoder
 from statestore.ordered.state_access import open_partition
 from statestore.ordered.timeouts import EventTimeTimeout, ProcessingTimeTimeout
 
 UserFunction = Callable[[Any, Any, GroupState], Iterable[Any] | None]
 COMMIT_SCHEMA = pa.schema([pa.field("commit", pa.string())])
-_NULL_KEY = encode_key(None)
 
 
 def _event_ms(column: pa.Array) -> int | None:
@@ -146,40 +141,42 @@ class PartitionRun:
         assert table is not None
         state = GroupState(self.kind, self.plan.processing_time_ms, self.watermark_ms())
         func = self.func
-        key_col = options.key
-        columns = options.columns
-        default_ms = self.default_timeout_ms
+        decoder = RecordDecoder(options.columns, options.key)
         processing = self.kind == "processing"
+        # The timeout a call leaves on a key that exists when it set none itself (Spark's
+        # rule: a call clears the key's timeout unless it sets one, or a default applies).
+        default_deadline = (self.plan.processing_time_ms + self.default_timeout_ms
+                            if processing and self.default_timeout_ms is not None else None)
+        cached = table.cache.get
+        load = table.load
+        extend = buffer.extend
         for piece in slices:
             offsets = piece.column("offset")
             self._check_offsets(offsets)
-            keys = piece.column(key_col).to_pylist() if key_col is not None else None
-            records = (piece.select(list(columns)) if columns is not None else piece).to_pylist()
-            for index, record in enumerate(records):
-                key = keys[index] if keys is not None else None
-                entry = table.load(_NULL_KEY if keys is None else encode_key(key))
-                state._bind(entry, False)
+            keys, encoded, records = decoder.decode(piece)
+            for index, (key, encoded_key, record) in enumerate(zip(keys, encoded, records)):
+                entry = cached(encoded_key) or load(encoded_key)
+                # GroupState._bind(entry, False), inlined: this loop runs once per record.
+                state._entry = entry
+                state._timeout_set = False
                 previous_timeout = entry.timeout_ms
                 try:
                     out = func(key, record, state)
                     if out is not None:
-                        buffer.extend(out)
+                        extend(out)
                 except Exception as exc:
                     exc.add_note(f"in the ordered user function at Kafka {self.pid} offset "
-                                 f"{record.get('offset', offsets[index].as_py())} "
-                                 f"(batch {self.plan.batch_id})")
+                                 f"{offsets[index].as_py()} (batch {self.plan.batch_id})")
                     raise
                 if not state._timeout_set:
-                    wanted = (self.plan.processing_time_ms + default_ms
-                              if processing and default_ms is not None and entry.exists
-                              else None)
+                    wanted = default_deadline if entry.exists else None
                     if wanted != previous_timeout:
                         entry.timeout_ms = wanted
                         entry.dirty = True
                 if len(buffer) >= limit:
                     self.output_rows += len(buffer)
                     yield self._to_batch(buffer, schema)
-                    buffer = []
+                    buffer.clear()
             self.records += piece.num_rows
             if self.kind == "event":
                 seen = _event_ms(piece.column(options.timeout.column))  # type: ignore[union-attr]
@@ -209,7 +206,7 @@ class PartitionRun:
                 if len(buffer) >= limit:
                     self.output_rows += len(buffer)
                     yield self._to_batch(buffer, schema)
-                    buffer = []
+                    buffer.clear()
         table.flush()
         self.next_timeout_ms = table.next_timeout_ms() if self.kind != "none" else None
         if buffer:
@@ -241,9 +238,19 @@ class PartitionRun:
 
     @staticmethod
     def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+        """Rows (tuples in schema order, or dicts by field name) as one Arrow batch."""
         try:
             if isinstance(rows[0], dict):
                 return pa.RecordBatch.from_pylist(rows, schema=schema)
+            if isinstance(rows[0], tuple):
+                # Tuples convert to a struct array in one C++ pass; anything unusual (lists,
+                # None rows, a bad row) takes the column-wise path below, which names it.
+                try:
+                    struct = pa.array(rows, type=pa.struct(schema))
+                    if struct.null_count == 0:
+                        return pa.RecordBatch.from_arrays(struct.flatten(), schema=schema)
+                except (ValueError, TypeError, pa.ArrowException):
+                    pass
             columns = list(zip(*rows, strict=True))
             if len(columns) != len(schema):
                 raise ValueError(f"rows have {len(columns)} fields")

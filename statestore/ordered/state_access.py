@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orderedstream.errors import CommitConflictError
+from orderedstream.errors import CommitConflictError, OptionError
 from statestore.base import EMPTY_VERSION, CommitCandidate, StatePartition
 from statestore.codecs import BytesCodec, PickleCodec
+from statestore.options import StateLocation, StateStoreOptions
 from statestore.ordered.keyed_state import STATE_SPACE, TIMEOUT_SPACE
 from statestore.ordered.options import OrderedOptions
 from statestore.ordered.plan import PartitionBase
-from statestore.options import StateLocation, StateStoreOptions
 
 
 class RecordVersionIndex:
@@ -59,13 +59,44 @@ def store_options(options: OrderedOptions) -> StateStoreOptions:
                              **dict(options.store_options))
 
 
+def _record_store_class() -> type:
+    """``StateStore`` whose ``cleanup`` is refused: its ``RecordVersionIndex`` knows only the
+    versions handed to it, so generic retention would delete state that retained commit
+    records still name. Retention of the ordered stage is ``OrderedStateful.cleanup_state``."""
+    global _RECORD_STORE
+    if _RECORD_STORE is None:
+        from statestore.store import StateStore
+
+        class RecordStateStore(StateStore):
+            def cleanup(self, partition: int, *,
+                        keep_last: int | None = None) -> dict[str, int]:
+                raise OptionError(
+                    f"StateStore.cleanup is not available for the ordered stage's state at "
+                    f"{self.location.url}: its versions are published by the output table's "
+                    "commit records. Use OrderedStateful.cleanup_state(keep_batches=...)")
+
+        RecordStateStore.__module__ = __name__
+        RecordStateStore.__qualname__ = "RecordStateStore"
+        _RECORD_STORE = RecordStateStore
+    return _RECORD_STORE
+
+
+_RECORD_STORE: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``RecordStateStore`` is built on first use (rocksdict loads lazily); this lets pickle
+    find it by name in a fresh process."""
+    if name == "RecordStateStore":
+        return _record_store_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def open_store(options: OrderedOptions, topic: str,
                manifests: Mapping[tuple[int, int], str] | None = None) -> Any:
     """A ``StateStore`` for ``topic`` whose versions come from commit records."""
-    from statestore.store import StateStore
-
-    return StateStore(topic_location(options, topic), store_options(options),
-                      index=RecordVersionIndex(manifests))
+    return _record_store_class()(topic_location(options, topic), store_options(options),
+                                 index=RecordVersionIndex(manifests))
 
 
 def open_partition(options: OrderedOptions, topic: str, partition: int, base: PartitionBase,

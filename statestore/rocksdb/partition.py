@@ -47,6 +47,7 @@ TTL_CF = "__ttl__"
 _SPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 _I64 = struct.Struct(">q")
 _CHUNK = 10_000
+_NO_TTL = ttl_mod.NO_TTL
 
 
 class Status(enum.Enum):
@@ -92,6 +93,36 @@ def open_rdict(path: str, options: StateStoreOptions, *, read_only: bool) -> roc
     return db
 
 
+class _Space:
+    """What the hot path needs of one space, found with one dict lookup: the column family,
+    its WriteBatch handle, the codec's bound methods, and the presence memo.
+
+    ``known`` (exact key counting only, else None) maps recently read or written keys to
+    whether they hold a value, so a read-modify-write (``get`` then ``put``/``put_many``)
+    counts keys without reading them twice. Every write path of the partition updates it;
+    it is cleared when it reaches ``_MEMO_MAX`` entries, which bounds its memory.
+    """
+
+    __slots__ = ("cf", "decode", "encode", "handle", "known", "name")
+
+    def __init__(self, name: str, cf: rocksdict.Rdict, handle: Any, codec: Codec,
+                 exact: bool) -> None:
+        self.name = name
+        self.cf = cf
+        self.handle = handle
+        self.encode = codec.encode
+        self.decode = codec.decode
+        self.known: dict[bytes, bool] | None = {} if exact else None
+
+
+_MEMO_MAX = 1 << 14
+
+
+def _payload(raw: bytes) -> bytes:
+    """The codec payload of stored bytes (``statestore.ttl`` frame removed)."""
+    return raw[1:] if raw[0] == 0 else ttl_mod.unframe(raw)[0]
+
+
 class RocksDBStatePartition(StatePartition):
     """See ``statestore.base.StatePartition``. Built by ``statestore.store.StateStore``."""
 
@@ -105,6 +136,7 @@ class RocksDBStatePartition(StatePartition):
         self._fs = fs
         self._root = root
         self._options = options
+        self._exact = options.exact_key_count
         self._copy = copy
         self._publish = publish
         self._codecs = dict(codecs or {})
@@ -113,11 +145,15 @@ class RocksDBStatePartition(StatePartition):
         self._db = open_rdict(db_path, options, read_only=self._read_only)
         self._cfs: dict[str, rocksdict.Rdict] = {"default": self._db}
         self._handles: dict[str, Any] = {}
+        self._spaces: dict[str, _Space] = {}
         for name in rocksdict.Rdict.list_cf(db_path, make_options(options)):
             if name != "default":
                 self._cfs[name] = self._db.get_column_family(name)
         self._counts: dict[str, int] = self._load_counts()
         self._status = Status.OPEN
+        self._write_ok = False
+        """True once writes were checked allowed and the local copy marked dirty; reset by
+        ``prepare_commit``/``close`` so the next write checks (and marks) again."""
         self._puts = self._deletes = self._bytes_written = 0
         self._ttl_entries = 0
 
@@ -157,6 +193,22 @@ class RocksDBStatePartition(StatePartition):
             handle = self._handles[space] = self._db.get_column_family_handle(space)
         return handle
 
+    def _space(self, space: str, *, create: bool = False) -> _Space | None:
+        """The slow path of every call: checks, creates the family if asked, caches it."""
+        self._readable()
+        s = self._spaces.get(space)
+        if s is None:
+            cf = self._cf(space, create=create)
+            if cf is None:
+                return None
+            s = _Space(space, cf, self._handle(space), self._codec(space), self._exact)
+            self._spaces[space] = s
+        return s
+
+    def _space_for_write(self, space: str, *, create: bool = True) -> _Space | None:
+        self._writable()
+        return self._space(space, create=create)
+
     def _writable(self) -> None:
         if self._read_only:
             raise StateTransactionError(
@@ -172,6 +224,7 @@ class RocksDBStatePartition(StatePartition):
         if copy is not None and not copy.state.dirty:
             copy.state.dirty = True
             copy.save()
+        self._write_ok = True
 
     def _readable(self) -> None:
         if self._status is Status.CLOSED:
@@ -183,49 +236,70 @@ class RocksDBStatePartition(StatePartition):
 
     # ---- reads ---------------------------------------------------------------------------
     def get(self, key: Key, default: Any = None, *, space: str = DEFAULT_SPACE) -> Any:
-        self._readable()
-        cf = self._cf(space)
-        raw = None if cf is None else cf.get(encode_key(key))
+        s = self._spaces.get(space)
+        if s is None:
+            s = self._space(space)
+            if s is None:
+                return default
+        k = key if type(key) is bytes else encode_key(key)
+        raw = s.cf.get(k)
+        known = s.known
+        if known is not None:
+            if len(known) >= _MEMO_MAX:
+                known.clear()
+            known[k] = raw is not None
         if raw is None:
             return default
-        return self._codec(space).decode(ttl_mod.unframe(raw)[0])
+        return s.decode(raw[1:] if raw[0] == 0 else ttl_mod.unframe(raw)[0])
 
     def contains(self, key: Key, *, space: str = DEFAULT_SPACE) -> bool:
-        self._readable()
-        cf = self._cf(space)
-        return cf is not None and cf.get(encode_key(key)) is not None
+        s = self._spaces.get(space) or self._space(space)
+        if s is None:
+            return False
+        k = encode_key(key)
+        present = s.cf.get(k) is not None
+        if s.known is not None:
+            if len(s.known) >= _MEMO_MAX:
+                s.known.clear()
+            s.known[k] = present
+        return present
 
     def multi_get(self, keys: Sequence[Key], default: Any = None, *,
                   space: str = DEFAULT_SPACE) -> list[Any]:
-        self._readable()
-        cf = self._cf(space)
-        if cf is None:
+        s = self._spaces.get(space) or self._space(space)
+        if s is None:
             return [default] * len(keys)
-        codec = self._codec(space)
-        raws = cf[[encode_key(k) for k in keys]]
-        return [default if r is None else codec.decode(ttl_mod.unframe(r)[0]) for r in raws]
+        encoded = [k if type(k) is bytes else encode_key(k) for k in keys]
+        raws = s.cf[encoded]
+        known = s.known
+        if known is not None and len(encoded) <= _MEMO_MAX:
+            if len(known) + len(encoded) > _MEMO_MAX:
+                known.clear()
+            for k, r in zip(encoded, raws, strict=True):
+                known[k] = r is not None
+        decode = s.decode
+        return [default if r is None else decode(_payload(r)) for r in raws]
 
     def range(self, start: Key | None = None, end: Key | None = None, *,
               space: str = DEFAULT_SPACE, reverse: bool = False) -> Iterator[tuple[bytes, Any]]:
-        self._readable()
-        cf = self._cf(space)
-        if cf is None:
+        s = self._space(space)
+        if s is None:
             return
         lo = None if start is None else encode_key(start)
         hi = None if end is None else encode_key(end)
-        codec = self._codec(space)
+        decode = s.decode
         if not reverse:
-            for key, raw in cf.items(from_key=lo):
+            for key, raw in s.cf.items(from_key=lo):
                 if hi is not None and key >= hi:
                     break
-                yield key, codec.decode(ttl_mod.unframe(raw)[0])
+                yield key, decode(_payload(raw))
         else:
-            for key, raw in cf.items(backwards=True, from_key=hi):
+            for key, raw in s.cf.items(backwards=True, from_key=hi):
                 if hi is not None and key >= hi:
                     continue
                 if lo is not None and key < lo:
                     break
-                yield key, codec.decode(ttl_mod.unframe(raw)[0])
+                yield key, decode(_payload(raw))
 
     def prefix(self, prefix: Key, *, space: str = DEFAULT_SPACE) -> Iterator[tuple[bytes, Any]]:
         low = encode_key(prefix)
@@ -233,10 +307,9 @@ class RocksDBStatePartition(StatePartition):
 
     def raw_items(self, *, space: str = DEFAULT_SPACE) -> Iterator[tuple[bytes, bytes]]:
         """``(key, stored bytes)`` in key order: TTL frame included (see ``statestore.ttl``)."""
-        self._readable()
-        cf = self._cf(space)
-        if cf is not None:
-            yield from cf.items()
+        s = self._space(space)
+        if s is not None:
+            yield from s.cf.items()
 
     def decode(self, space: str, payload: bytes) -> Any:
         """Decode a value payload of ``space`` with that space's codec."""
@@ -249,119 +322,185 @@ class RocksDBStatePartition(StatePartition):
     def num_keys(self, *, space: str | None = None) -> int:
         self._readable()
         names = self.spaces() if space is None else [space]
-        if self._options.exact_key_count:
+        if self._exact:
             return sum(self._counts.get(n, 0) for n in names)
         return sum(self._cfs[n].property_int_value("rocksdb.estimate-num-keys") or 0
                    for n in names if n in self._cfs)
 
     # ---- writes --------------------------------------------------------------------------
-    def _frame(self, space: str, value: Any, ttl_ms: int | None,
+    def _frame(self, s: _Space, value: Any, ttl_ms: int | None,
                now_ms: int | None) -> tuple[bytes, int | None]:
         if ttl_ms is not None and ttl_ms < 0:
             raise OptionError(f"ttl_ms={ttl_ms}: must be >= 0 milliseconds (or None)")
         expires = None
         if ttl_ms is not None:
             expires = (ttl_mod.now_ms() if now_ms is None else now_ms) + ttl_ms
-        return ttl_mod.frame(self._codec(space).encode(value), expires), expires
+        return ttl_mod.frame(s.encode(value), expires), expires
 
     def put(self, key: Key, value: Any, *, space: str = DEFAULT_SPACE,
             ttl_ms: int | None = None, now_ms: int | None = None) -> None:
-        self._writable()
-        cf = self._cf(space, create=True)
-        assert cf is not None
-        k = encode_key(key)
+        s = self._spaces.get(space)
+        if s is None or not self._write_ok:
+            s = self._space_for_write(space)
+            assert s is not None
+        k = key if type(key) is bytes else encode_key(key)
         if ttl_ms is None:
-            stored, expires = ttl_mod.NO_TTL + self._codec(space).encode(value), None
+            stored = _NO_TTL + s.encode(value)
         else:
-            stored, expires = self._frame(space, value, ttl_ms, now_ms)
-        if self._options.exact_key_count and cf.get(k) is None:
-            self._bump(space, 1)
-        cf.put(k, stored)
-        if expires is not None:
-            ttl_cf = self._cf(TTL_CF, create=True)
-            assert ttl_cf is not None
-            ttl_cf.put(ttl_mod.index_key(expires, space, k), b"")
+            stored, expires = self._frame(s, value, ttl_ms, now_ms)
+        known = s.known
+        if known is None or known.get(k):  # no counting, or read just before: present
+            s.cf.put(k, stored)
+        else:
+            present = k not in known and s.cf.get(k) is not None
+            s.cf.put(k, stored)
+            if not present:
+                self._counts[space] = self._counts.get(space, 0) + 1
+            if len(known) >= _MEMO_MAX:
+                known.clear()
+            known[k] = True
+        if ttl_ms is not None:
+            ttl_s = self._space(TTL_CF, create=True)
+            assert ttl_s is not None and expires is not None
+            ttl_s.cf.put(ttl_mod.index_key(expires, space, k), b"")
         self._puts += 1
         self._bytes_written += len(k) + len(stored)
 
     def put_many(self, items: Iterable[tuple[Key, Any]], *, space: str = DEFAULT_SPACE,
                  ttl_ms: int | None = None, now_ms: int | None = None) -> None:
-        self._writable()
-        cf = self._cf(space, create=True)
-        assert cf is not None
+        s = self._space_for_write(space)
+        assert s is not None
         if ttl_ms is not None:
-            self._cf(TTL_CF, create=True)
+            self._put_many_ttl(s, items, ttl_ms, now_ms)
+            return
+        # Hot path: one pass, straight into the WriteBatch; the batch is applied in chunks of
+        # _CHUNK, and exact counting looks the chunk's keys up just before applying it.
+        encode, handle, exact = s.encode, s.handle, s.known is not None
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        put = batch.put
+        keys: list[bytes] = []
+        remember = keys.append
+        written = n = 0
+        for key, value in items:
+            k = key if type(key) is bytes else encode_key(key)
+            stored = _NO_TTL + encode(value)
+            put(k, stored, handle)
+            written += len(k) + len(stored)
+            n += 1
+            if exact:
+                remember(k)
+            if n == _CHUNK:
+                self._apply(s, batch, keys, n, written)
+                batch = rocksdict.WriteBatch(raw_mode=True)
+                put = batch.put
+                keys = []
+                remember = keys.append
+                written = n = 0
+        if n:
+            self._apply(s, batch, keys, n, written)
+
+    def _put_many_ttl(self, s: _Space, items: Iterable[tuple[Key, Any]], ttl_ms: int,
+                      now_ms: int | None) -> None:
+        ttl_s = self._space(TTL_CF, create=True)
+        assert ttl_s is not None
         chunk: list[tuple[bytes, Any]] = []
         for key, value in items:
             chunk.append((encode_key(key), value))
             if len(chunk) >= _CHUNK:
-                self._write_chunk(space, cf, chunk, ttl_ms, now_ms)
+                self._ttl_chunk(s, ttl_s, chunk, ttl_ms, now_ms)
                 chunk = []
         if chunk:
-            self._write_chunk(space, cf, chunk, ttl_ms, now_ms)
+            self._ttl_chunk(s, ttl_s, chunk, ttl_ms, now_ms)
 
-    def _write_chunk(self, space: str, cf: rocksdict.Rdict, chunk: list[tuple[bytes, Any]],
-                     ttl_ms: int | None, now_ms: int | None) -> None:
-        if self._options.exact_key_count:
-            keys = [k for k, _ in chunk]
-            present = cf[keys]
-            new = {k for k, raw in zip(keys, present, strict=True) if raw is None}
-            self._bump(space, len(new))
+    def _ttl_chunk(self, s: _Space, ttl_s: _Space, chunk: list[tuple[bytes, Any]],
+                   ttl_ms: int, now_ms: int | None) -> None:
         batch = rocksdict.WriteBatch(raw_mode=True)
-        handle = self._handle(space)
-        ttl_handle = self._handle(TTL_CF) if ttl_ms is not None else None
         written = 0
-        if ttl_ms is None:  # hot path: no per-item framing call
-            encode = self._codec(space).encode
-            put = batch.put
-            for k, value in chunk:
-                stored = ttl_mod.NO_TTL + encode(value)
-                put(k, stored, handle)
-                written += len(k) + len(stored)
-        else:
-            for k, value in chunk:
-                stored, expires = self._frame(space, value, ttl_ms, now_ms)
-                batch.put(k, stored, handle)
-                batch.put(ttl_mod.index_key(expires, space, k), b"", ttl_handle)  # type: ignore[arg-type]
-                written += len(k) + len(stored)
-        self._bytes_written += written
+        for k, value in chunk:
+            stored, expires = self._frame(s, value, ttl_ms, now_ms)
+            batch.put(k, stored, s.handle)
+            batch.put(ttl_mod.index_key(expires, s.name, k), b"", ttl_s.handle)  # type: ignore[arg-type]
+            written += len(k) + len(stored)
+        keys = [k for k, _ in chunk] if s.known is not None else []
+        self._apply(s, batch, keys, len(chunk), written)
+
+    def _apply(self, s: _Space, batch: rocksdict.WriteBatch, keys: list[bytes], n: int,
+               written: int) -> None:
+        """Write one batch of ``n`` puts; with exact counting, count the ``keys`` that were
+        absent before it (each distinct key once; the presence memo spares re-reads)."""
+        known = s.known
+        new: set[bytes] = set()
+        if known is not None:
+            unknown = keys
+            if known:  # keys read (or written) just before need no second read
+                unknown = []
+                for k in keys:
+                    p = known.get(k)
+                    if p is None:
+                        unknown.append(k)
+                    elif not p:
+                        new.add(k)
+            if unknown:
+                new.update(k for k, raw in zip(unknown, s.cf[unknown], strict=True)
+                           if raw is None)
         self._db.write(batch)
-        self._puts += len(chunk)
+        self._bytes_written += written
+        self._puts += n
+        if known is not None:
+            if new:
+                self._counts[s.name] = self._counts.get(s.name, 0) + len(new)
+            if known:
+                known.update(dict.fromkeys(keys, True))
+                if len(known) > _MEMO_MAX:
+                    known.clear()
 
     def delete(self, key: Key, *, space: str = DEFAULT_SPACE) -> None:
-        self._writable()
-        cf = self._cf(space)
-        if cf is None:
-            return
-        k = encode_key(key)
-        if self._options.exact_key_count and cf.get(k) is not None:
-            self._bump(space, -1)
-        cf.delete(k)
+        s = self._spaces.get(space)
+        if s is None or not self._write_ok:
+            s = self._space_for_write(space, create=False)
+            if s is None:
+                return
+        k = key if type(key) is bytes else encode_key(key)
+        known = s.known
+        if known is None:
+            s.cf.delete(k)
+        else:
+            present = known.get(k)
+            if present is None:
+                present = s.cf.get(k) is not None
+            s.cf.delete(k)
+            if present:
+                self._counts[space] = self._counts.get(space, 0) - 1
+            if len(known) >= _MEMO_MAX:
+                known.clear()
+            known[k] = False
         self._deletes += 1
 
     def expire(self, now_ms: int | None = None, *,
                limit: int | None = None) -> Iterator[tuple[str, bytes, Any]]:
         self._writable()
-        ttl_cf = self._cf(TTL_CF)
-        if ttl_cf is None:
+        ttl_s = self._space(TTL_CF)
+        if ttl_s is None:
             return
         upper = ttl_mod.index_upper_bound(ttl_mod.now_ms() if now_ms is None else now_ms)
         done = 0
-        for entry, _ in ttl_cf.items():
+        for entry, _ in ttl_s.cf.items():
             if entry >= upper or (limit is not None and done >= limit):
                 break
             expires, space, key = ttl_mod.parse_index_key(entry)
-            ttl_cf.delete(entry)
-            cf = self._cfs.get(space)
-            raw = None if cf is None else cf.get(key)
+            ttl_s.cf.delete(entry)
+            s = self._space(space) if space in self._cfs else None
+            raw = None if s is None else s.cf.get(key)
             if raw is None or ttl_mod.expiry_of(raw) != expires:
                 continue  # stale entry: the key was overwritten or deleted since
-            assert cf is not None
-            cf.delete(key)
+            assert s is not None
+            s.cf.delete(key)
+            if s.known is not None:
+                s.known.pop(key, None)
             self._deletes += 1
             self._bump(space, -1)
             done += 1
-            yield space, key, self._codec(space).decode(ttl_mod.unframe(raw)[0])
+            yield space, key, s.decode(ttl_mod.unframe(raw)[0])
 
     # ---- versions ------------------------------------------------------------------------
     def prepare_commit(self, version: int, *, writer: str | None = None) -> CommitCandidate:
@@ -378,11 +517,14 @@ class RocksDBStatePartition(StatePartition):
             raise StateTransactionError(
                 f"state version {version!r} for partition {self.partition} must be an int "
                 f"greater than the version it was opened at ({self.base_version})")
+        self._write_ok = False
         try:
             return self._prepare(copy, version, writer, started)
         except BaseException:
             self._status = Status.FAILED
             raise
+        finally:
+            self._write_ok = False  # the next write checks the status and marks dirty again
 
     def _prepare(self, copy: LocalCopy, version: int, writer: str | None,
                  started: float) -> CommitCandidate:
@@ -462,6 +604,8 @@ class RocksDBStatePartition(StatePartition):
         if self._status is Status.CLOSED:
             return
         self._status = Status.CLOSED
+        self._write_ok = False
+        self._spaces.clear()
         self._cfs.clear()
         self._handles.clear()
         try:

@@ -1,4 +1,5 @@
-"""The data generator writes real capture sessions; the verifier's reference model reads them back."""
+"""The data generator writes real capture sessions; the verifier's reference model reads them
+back."""
 
 from __future__ import annotations
 

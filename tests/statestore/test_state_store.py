@@ -15,8 +15,9 @@ from orderedstream.errors import (
     StateNotFoundError,
     StateTransactionError,
 )
-from statestore import EMPTY_VERSION, CommitCandidate, JsonCodec
+from statestore import EMPTY_VERSION, CommitCandidate, JsonCodec, StateStoreOptions
 from statestore.manifest import read_manifest
+from statestore.rocksdb import partition as partition_mod
 from statestore.store import StateStore
 
 Factory = Callable[..., StateStore]
@@ -297,3 +298,78 @@ def test_misuse_gets_clear_errors(make_store: Factory) -> None:
         assert ro.get("k") == 1
         with pytest.raises(StateTransactionError, match="read-only"):
             ro.put("k", 2)
+
+
+def test_exact_counts_stay_exact_on_every_write_path(make_store: Factory,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """get->put (no second read), blind put, delete, put_many with duplicates, multi_get,
+    contains and expire all keep ``num_keys`` equal to the keys stored, also once the presence
+    memo is cleared (made tiny here) and after a restore elsewhere."""
+    monkeypatch.setattr(partition_mod, "_MEMO_MAX", 8)
+    store = make_store()
+    with store.open(0, EMPTY_VERSION) as part:
+        part.put_many([("a", 1), ("b", 2), ("a", 3)])  # a duplicate in one batch
+        assert part.get("zz") is None
+        part.put("zz", 1)  # get (absent) -> put: new
+        assert part.get("a") == 3
+        part.put("a", 4)  # get (present) -> put: not new
+        part.put("b", 5)  # blind overwrite
+        part.put("c", 6)  # blind new
+        part.delete("c")
+        part.delete("c")  # already gone
+        part.delete("never")
+        for i in range(20):  # fills and clears the memo with absent keys
+            assert part.get(f"m{i}") is None
+        part.put_many((f"m{i}", i) for i in range(20))
+        part.put_many((f"m{i}", -i) for i in range(10, 30))  # half overwrites
+        assert part.multi_get(["a", "q"]) == [4, None]
+        part.put_many([("q", 1), ("a", 0), ("q", 2)])
+        assert part.contains("q")
+        part.delete("q")
+        part.put("t", 1, ttl_ms=5, now_ms=0)
+        assert [k for _, k, _ in part.expire(now_ms=10)] == [b"t"]
+        part.put("t", 2)  # back after expiry
+        part.put("x", 1, space="other")
+        part.put("x", 2, space="other")
+        stored = {s: len(list(part.items(space=s))) for s in part.spaces()}
+        assert stored == {"default": 34, "other": 1}  # a, b, zz, t, m0..m29
+        assert part.num_keys() == 35 and part.num_keys(space="other") == 1
+        assert part.commit(0).num_keys == 35
+    with make_store("elsewhere").open(0, 0) as part:
+        assert part.num_keys() == 35 and part.num_keys(space="default") == 34
+
+
+def test_writes_after_commit_mark_the_copy_dirty_and_prepared_refuses_all_writes(
+        make_store: Factory) -> None:
+    store = make_store()
+    part = store.open(0, EMPTY_VERSION)
+    part.put("k", 1)
+    part.commit(0)
+    part.put("k", 2)  # a write after commit must mark the local copy dirty again ...
+    part.close()
+    with store.open(0, 0) as again:  # ... so the uncommitted write is not reused
+        assert again.get("k") == 1
+        assert not store.last_restore.reused_local
+        again.put("k", 3)
+        again.prepare_commit(1)
+        for write in (lambda: again.put("k", 4), lambda: again.put_many([("k", 4)]),
+                      lambda: again.delete("k"), lambda: again.put("new", 1, space="s2")):
+            with pytest.raises(StateTransactionError, match="prepared"):
+                write()
+        assert again.get("k") == 3  # reads still work on a prepared partition
+    with pytest.raises(StateTransactionError, match="closed"):
+        again.get("k")
+
+
+def test_memory_options_are_validated() -> None:
+    opts = StateStoreOptions(block_cache_bytes=256 << 20, memtable_budget_bytes=128 << 20,
+                             write_buffer_bytes=64 << 20)
+    assert opts.memory_bound_bytes == 384 << 20
+    with pytest.raises(OptionError, match="write_buffer_bytes=.* memtable_budget_bytes"):
+        StateStoreOptions(write_buffer_bytes=128 << 20, memtable_budget_bytes=64 << 20)
+    with pytest.raises(OptionError, match="memtables are charged to the block cache"):
+        StateStoreOptions(memtable_budget_bytes=128 << 20, block_cache_bytes=64 << 20)
+    with pytest.raises(OptionError, match="max_write_buffers"):
+        StateStoreOptions.from_strings({"max_write_buffers": "0"})
+    assert StateStoreOptions.from_strings({"BLOCK_CACHE_BYTES": str(1 << 30)}
+                                          ).block_cache_bytes == 1 << 30

@@ -103,9 +103,8 @@ def kafka_batch(spark: Any, bootstrap: str, topic: str,
                 ranges: Mapping[int, tuple[int, int]]) -> Any:
     """Records ``[start, end)`` of each Kafka partition as a DataFrame, one Spark partition
     per Kafka partition, in offset order."""
-    from pyspark import cloudpickle
-
     import kafka_frames
+    from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(kafka_frames)
     spark.dataSource.register(OrderedTestKafkaSource)

@@ -100,7 +100,7 @@ def test_group_state_refuses_the_wrong_timeout_kind() -> None:
     event = GroupState("event", 1_000, 50_000)
     with pytest.raises(OptionError, match="older than the partition's watermark"):
         event.set_timeout_timestamp(40_000)
-    event.set_timeout_timestamp(datetime.datetime.fromtimestamp(60, tz=datetime.timezone.utc))
+    event.set_timeout_timestamp(datetime.datetime.fromtimestamp(60, tz=datetime.UTC))
     assert event.timeout_timestamp_ms == 60_000
 
 

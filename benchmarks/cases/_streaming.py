@@ -1,0 +1,158 @@
+"""Shared by the end-to-end, Yahoo and scaling cases: engine subprocesses, Spark sessions,
+streaming-query figures.
+
+Each engine (this pack's job, or the same job written with Spark's built-ins) runs in its own
+Python process with its own Spark JVM, so its peak RSS (driver Python + JVM + Python workers,
+sampled) is its own and neither engine inherits the other's warmed-up JVM heap. The case process
+produces the data once, runs the engines one after the other on the same topics, and compares.
+Not a case itself (the leading underscore keeps it out of ``benchmarks.run``'s list).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import CaseContext, batch_durations_ms, percentile
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def run_engine(module: str, engine: str, ctx: CaseContext, params: dict[str, Any],
+               workdir: Path, timeout: float = 1800.0) -> dict[str, Any]:
+    """Run ``<module>.engine_main(engine, ctx, params)`` in a fresh interpreter; its result.
+
+    The child's output goes to ``<workdir>/<engine>.log``; a failure raises with the log's tail.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = workdir / f"{engine}.result.json"
+    log = workdir / f"{engine}.log"
+    code = ("import json, sys; from benchmarks.common import CaseContext; "
+            f"import {module} as m; a = json.loads(sys.stdin.read()); "
+            "r = m.engine_main(a['engine'], CaseContext(**a['ctx']), a['params']); "
+            "open(a['result'], 'w').write(json.dumps(r))")
+    payload = json.dumps({"engine": engine, "ctx": json.loads(ctx.to_json()),
+                          "params": params, "result": str(result)})
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    with open(log, "w") as out:
+        proc = subprocess.run([sys.executable, "-c", code], input=payload, text=True,
+                              stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                              timeout=timeout, check=False)
+    if proc.returncode != 0 or not result.exists():
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"{module} engine {engine!r} failed (exit {proc.returncode}); "
+                           f"log {log}:\n{tail}")
+    return json.loads(result.read_text())
+
+
+def kafka_connector_jars() -> list[str]:
+    """Spark's Kafka connector jars, resolved once in the case process for its engines.
+
+    When pyspark's exact version is not on Maven Central, ``spark_kafka_connector_jars`` runs
+    several failing ``mvn`` lookups (a minute or more on a busy 2-core machine) on every call
+    before it falls back; a fallback already resolved into the cache is taken directly.
+    """
+    import pyspark
+
+    from orderedstream.services.jars import cache_root, spark_kafka_connector_jars
+
+    major = pyspark.__version__.split(".")[0]
+    exact = sorted(cache_root().glob(f"spark-sql-kafka-{pyspark.__version__}-tp*/.complete"))
+    cached = exact or sorted(cache_root().glob(f"spark-sql-kafka-{major}.*-tp*/.complete"))
+    if cached:
+        return sorted(str(p) for p in cached[-1].parent.glob("*.jar"))
+    return spark_kafka_connector_jars()
+
+
+def spark_session(app: str, tmp_dir: Path, partitions: int,
+                  kafka_jars: list[str] | None = None,
+                  s3a_endpoint: str | None = None, master: str = "local[2]",
+                  conf: dict[str, str] | None = None) -> Any:
+    """A ``local[2]`` (or ``master``) session for an engine run.
+
+    ``kafka_jars`` adds Spark's own Kafka connector, ``s3a_endpoint`` hadoop-aws and
+    S3A settings for SeaweedFS (anonymous uploads: SeaweedFS without identities refuses S3A's
+    chunk-signed ones). Spark's stateful operators use the RocksDB state store provider and
+    ``partitions`` shuffle partitions; every batch's progress is kept for batch durations.
+    """
+    from orderedstream.services.spark import local_spark_session
+
+    settings = {
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.shuffle.partitions": str(partitions),
+        "spark.sql.streaming.numRecentProgressUpdates": "100000",
+        **(conf or {}),
+    }
+    jars: list[str] = list(kafka_jars or [])
+    if s3a_endpoint:
+        from orderedstream.services.jars import hadoop_aws_jars
+        from orderedstream.services.s3 import ACCESS_KEY, SECRET_KEY
+        from orderedstream.services.spark import s3a_conf
+
+        jars += hadoop_aws_jars()
+        settings.update(s3a_conf(s3a_endpoint, ACCESS_KEY, SECRET_KEY))
+        settings["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
+            "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider")
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
+    return local_spark_session(app, master=master, conf=settings, tmp_dir=tmp_dir)
+
+
+def s3a(url: str) -> str:
+    """``s3://b/p`` -> ``s3a://b/p`` (Spark's own sinks write through hadoop-aws)."""
+    return url.replace("s3://", "s3a://", 1)
+
+
+def run_query(query: Any, expected_records: int | None = None, poll: float = 0.2,
+              ) -> dict[str, Any]:
+    """Wait for a streaming query; records, wall seconds, records/s, batch durations.
+
+    With ``expected_records`` the query is stopped as soon as its completed batches have read
+    that many records, and the time is taken then: Spark's ``applyInPandasWithState`` with
+    processing-time timeouts keeps running no-data batches under Trigger.AvailableNow and never
+    terminates on its own. The same rule is applied to every engine.
+    """
+    started = time.perf_counter()
+    seconds: float | None = None
+    if expected_records is None:
+        query.awaitTermination()
+    else:
+        while query.isActive:
+            if sum(p.get("numInputRows", 0) for p in query.recentProgress) >= expected_records:
+                seconds = time.perf_counter() - started
+                query.stop()
+                break
+            time.sleep(poll)
+    if seconds is None:
+        seconds = time.perf_counter() - started
+    if query.exception() is not None:
+        raise RuntimeError(f"query failed: {query.exception()}")
+    progress = query.recentProgress
+    durations = batch_durations_ms(progress)
+    records = sum(p.get("numInputRows", 0) for p in progress)
+    return {"records": records, "seconds": seconds,
+            "records_per_s": records / seconds if seconds else 0.0,
+            "batches": len(durations), "batch_ms": durations}
+
+
+def summarize_batches(durations: list[float]) -> dict[str, float]:
+    """Median and p95 of batch durations (ms); 0.0 when there was no data batch."""
+    if not durations:
+        return {"median_ms": 0.0, "p95_ms": 0.0}
+    return {"median_ms": statistics.median(durations),
+            "p95_ms": percentile(durations, 0.95) or 0.0}
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions (replication 1)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)

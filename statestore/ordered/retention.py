@@ -1,0 +1,223 @@
+"""Retention of the ordered stage's state, driven by the output table's commit log.
+
+The ordered stage publishes a partition's state version by naming its manifest in the batch
+commit record (``extra["ordered_state"]``, the full carried-forward map of every Kafka
+partition). So what must be kept is exactly what the last M batch records name:
+
+- retained manifests: every partition's manifest in each of the last ``keep_batches`` batch
+  records (an idle partition's old manifest stays: the latest record still names it);
+- retained files: every SST/file those manifests reference (incremental snapshots share
+  SSTs between versions, so a file named after an old batch can still be live).
+
+Everything else under ``<state_location>/topic=*/p=*/{manifests,sst}/`` whose batch id (the
+name's prefix) is ``<=`` the latest committed batch is deleted: older versions, and candidates
+of crashed, failed or fenced (zombie) attempts that no record names. Artifacts of a batch id
+``>`` the latest committed are never touched: an attempt of the next batch may be writing them.
+
+Why this is safe while the query runs or replays: a batch starts from the latest record's
+manifests (retained, ``keep_batches >= 1``); a replayed batch whose record exists is skipped
+without reading state; a restart restores from the latest record. An SST kept by a later
+version either carries that version's batch id or was in its parent manifest, so anything a
+newer record can reference is retained by the record this cleanup read (a stale or concurrent
+cleanup never deletes what a newer batch needs). Driver-side; idempotent; safe to interrupt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import fsspec
+
+from orderedstream.errors import CorruptStateError, OptionError
+from sinks.commitlog import CommitLog, CommitRecord
+from statestore.manifest import Manifest
+from statestore.ordered.plan import bases_from_extra, split_partition_id
+from statestore.retention import drop_listings, unreferenced
+
+_log = logging.getLogger("statestore.ordered")
+
+DEFAULT_CLEANUP_INTERVAL_BATCHES = 10
+"""Run retention after every 10th committed batch: with the default keep of 100, at most
+~110 versions exist at a time, for one listing of the state location per 10 batches."""
+
+
+def _positive(name: str, value: Any, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        accepted = "a positive integer" + (" or None" if allow_none else "")
+        raise OptionError(f"OrderedStateful({name}={value!r}): {accepted} is required")
+    return value
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """How many batch records' state to keep and how often to apply it automatically.
+
+    ``keep_batches``: state versions named by the last N batch commit records stay (default:
+    the store option ``keep_last``, 100 like Spark's ``spark.sql.streaming.minBatchesToRetain``).
+    ``cleanup_interval_batches``: run after each batch whose ``(batch_id + 1)`` is a multiple
+    of it; None turns automatic cleanup off (``OrderedStateful.cleanup_state`` still works).
+    """
+
+    keep_batches: int
+    cleanup_interval_batches: int | None = DEFAULT_CLEANUP_INTERVAL_BATCHES
+
+    def __post_init__(self) -> None:
+        _positive("keep_batches", self.keep_batches)
+        _positive("cleanup_interval_batches", self.cleanup_interval_batches, allow_none=True)
+
+    def due(self, batch_id: int) -> bool:
+        """Whether automatic cleanup runs after committing ``batch_id``."""
+        every = self.cleanup_interval_batches
+        return every is not None and (batch_id + 1) % every == 0
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    """What one cleanup did (also logged, logger ``statestore.ordered``)."""
+
+    latest_batch: int | None
+    """The newest committed batch id when the cleanup read the log (None: nothing yet)."""
+    oldest_retained_batch: int | None
+    """The oldest batch whose record's state versions were kept."""
+    partitions: int
+    """Kafka partitions named by the retained records."""
+    manifests_retained: int
+    files_retained: int
+    manifests_deleted: int
+    files_deleted: int
+    in_flight: int
+    """Artifacts of batch ids > ``latest_batch`` left alone (a running attempt may own them)."""
+    objects_listed: int
+    seconds: float
+
+    @property
+    def deleted(self) -> int:
+        return self.manifests_deleted + self.files_deleted
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def retained_batch_records(log: CommitLog, keep_batches: int) -> list[CommitRecord]:
+    """The newest ``keep_batches`` batch commit records, oldest first (maintenance records
+    such as compactions or fillers carry no state and are skipped)."""
+    latest = log.latest_version()
+    if latest is None:
+        return []
+    found: list[CommitRecord] = []
+    end, window = latest, keep_batches
+    while end >= 0 and len(found) < keep_batches:
+        start = max(0, end - window + 1)
+        chunk = [r for r in log.records(start, end) if r.batch_id is not None]
+        found = chunk + found
+        end, window = start - 1, window * 2
+    return found[-keep_batches:]
+
+
+class OrderedRetention:
+    """Applies commit-log-driven retention to one ``state_location`` (driver side).
+
+    Keeps a cache of each retained manifest's referenced files (manifests never change), so
+    a periodic cleanup reads only the manifests committed since the previous one.
+    """
+
+    def __init__(self, log: CommitLog, state_location: str,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        self.log = log
+        self.state_location = state_location.rstrip("/")
+        self.fs, root = fsspec.core.url_to_fs(self.state_location, **dict(storage_options or {}))
+        self.root = root.rstrip("/")
+        self._files_of: dict[str, frozenset[str]] = {}
+
+    def retained(self, records: Iterable[CommitRecord]) -> tuple[set[str], set[str], int]:
+        """``(manifests, files, partitions)`` the records name, as paths relative to the
+        state location (``topic=<t>/p=<P>/...``)."""
+        manifests: set[str] = set()
+        pids: set[str] = set()
+        for record in records:
+            for pid, base in bases_from_extra(record.extra).items():
+                if base.manifest is None:
+                    continue
+                topic, _ = split_partition_id(pid)
+                manifests.add(f"topic={topic}/{base.manifest}")
+                pids.add(pid)
+        self._load_file_sets(sorted(m for m in manifests if m not in self._files_of))
+        self._files_of = {m: self._files_of[m] for m in manifests}  # bounded: retained only
+        files = set().union(*self._files_of.values()) if manifests else set()
+        return manifests, files, len(pids)
+
+    def _load_file_sets(self, manifests: list[str]) -> None:
+        if not manifests:
+            return
+        paths = {f"{self.root}/{rel}": rel for rel in manifests}
+        for path in paths:
+            self.fs.invalidate_cache(path)
+        got = self.fs.cat(list(paths), on_error="return")
+        for path, rel in paths.items():
+            raw = got.get(path)
+            if raw is None:  # a filesystem that keys results differently: read it alone
+                try:
+                    raw = self.fs.cat_file(path)
+                except FileNotFoundError as exc:
+                    raw = exc
+            if not isinstance(raw, bytes):
+                raise CorruptStateError(
+                    f"state manifest {self.state_location}/{rel} is named by a retained commit "
+                    f"record of {self.log.url} but cannot be read ({raw!r}); cleanup stopped "
+                    "without deleting anything. Was it removed by hand or by another tool?")
+            topic_dir = rel.split("/", 1)[0]
+            manifest = Manifest.from_json(raw, path)
+            self._files_of[rel] = frozenset(f"{topic_dir}/{e.remote}"
+                                            for e in manifest.files if e.remote is not None)
+
+    def _listing(self) -> list[str]:
+        """Every object under the state location, relative to it (one recursive listing)."""
+        self.fs.invalidate_cache(self.root)
+        try:
+            paths = self.fs.find(self.root)
+        except FileNotFoundError:
+            return []
+        finally:
+            drop_listings(self.fs, self.root)  # never leave listings for others to trust
+        prefix = self.root + "/"
+        return [p[len(prefix):] for p in paths if p.startswith(prefix)
+                and p[len(prefix):].startswith("topic=")]
+
+    def run(self, keep_batches: int) -> RetentionResult:
+        """Keep what the last ``keep_batches`` batch records name; delete the rest."""
+        _positive("keep_batches", keep_batches)
+        started = time.perf_counter()
+        records = retained_batch_records(self.log, keep_batches)
+        if not records:
+            return RetentionResult(None, None, 0, 0, 0, 0, 0, 0, 0,
+                                   time.perf_counter() - started)
+        latest = records[-1].batch_id
+        assert latest is not None
+        manifests, files, partitions = self.retained(records)
+        listed = self._listing()
+        doomed, counts = unreferenced(listed, manifests | files, latest)
+        # Manifests first: an interrupted cleanup leaves unreferenced files, never a manifest
+        # whose files are gone (neither is named by a record; the next run finishes the job).
+        doomed.sort(key=lambda rel: "/manifests/" not in rel)
+        if doomed:
+            self.fs.rm([f"{self.root}/{rel}" for rel in doomed])
+        result = RetentionResult(
+            latest_batch=latest, oldest_retained_batch=records[0].batch_id,
+            partitions=partitions, manifests_retained=len(manifests),
+            files_retained=len(files), manifests_deleted=counts["manifests"],
+            files_deleted=counts["files"], in_flight=counts["in_flight"],
+            objects_listed=len(listed), seconds=time.perf_counter() - started)
+        _log.info("ordered state cleanup at %s: %s", self.state_location,
+                  json.dumps(result.to_dict(), sort_keys=True))
+        return result
+
+
+__all__ = ["DEFAULT_CLEANUP_INTERVAL_BATCHES", "OrderedRetention", "RetentionPolicy",
+           "RetentionResult", "retained_batch_records"]

@@ -1,0 +1,223 @@
+"""State retention of the ordered stage (driven by the commit log) and a batch's committed
+output as a DataFrame, against real Kafka, real S3 (SeaweedFS) and real Spark (local[2])."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from kafka_frames import kafka_batch
+from pyspark import cloudpickle
+
+from orderedstream.errors import CorruptStateError, OptionError, StateNotFoundError
+from orderedstream.services.s3 import ACCESS_KEY, SECRET_KEY
+from orderedstream.services.spark import s3a_conf
+from statestore.manifest import read_manifest
+from statestore.ordered import OrderedStateful, RetentionPolicy
+from statestore.ordered.plan import BatchPlan, PartitionCommit
+from statestore.ordered.retention import OrderedRetention
+from statestore.ordered.runner import OrderedTask
+from statestore.ordered.state_access import open_store
+from statestore.retention import artifact_of
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ORDER_SCHEMA = "key binary, partition int, offset long, seq long, violation int"
+
+
+def check_order(key: Any, record: Any, state: Any) -> list[tuple[Any, ...]]:
+    """Per key, values are 0, 1, 2, ... in production order: any reordering is a violation."""
+    seq = int(record["value"])
+    previous = state.get_option(-1)
+    state.update(seq)
+    return [(key, record["partition"], record["offset"], seq, 0 if seq == previous + 1 else 1)]
+
+
+def _processor(s3: Any, url: str, local: Any, **kwargs: Any) -> OrderedStateful:
+    return OrderedStateful(check_order, state_location=f"{url}/state", output=f"{url}/out",
+                           output_schema=kwargs.pop("schema", ORDER_SCHEMA),
+                           storage_options=s3.storage_options,
+                           store_options={"local_dir": str(local)}, **kwargs)
+
+
+def _state_objects(proc: OrderedStateful) -> set[str]:
+    """Manifests and SST files under the state location, relative to it."""
+    retention = OrderedRetention(proc.log, proc.options.state_location,
+                                 proc.options.storage_options)
+    return {rel for rel in retention._listing() if artifact_of(rel) is not None}
+
+
+def _crashed_attempt(proc: OrderedStateful, frame: Any, batch_id: int) -> list[PartitionCommit]:
+    """Run batch ``batch_id``'s ordered stage without creating its commit record: the files
+    and state candidates a driver that died (or a zombie task) leaves behind."""
+    task = OrderedTask(proc.options, check_order,
+                       BatchPlan(batch_id, 0, proc.partition_states()), proc.sink)
+    return [PartitionCommit.from_json(r["commit"])
+            for r in frame.mapInArrow(task, "commit string").collect()]
+
+
+def test_retention_keeps_the_last_records_state_and_deletes_old_versions_and_orphans(
+        spark, kafka, topic, s3, s3_url, tmp_path) -> None:
+    name = topic(partitions=2)
+    hot, cold, rounds = 20, 10, 7
+    # Partition 0 gets every key once per batch (7 batches); partition 1 only in batches 0-1,
+    # then idles: its old version stays the live one, named by every later record.
+    kafka.produce(name, [(f"a{k}", str(r)) for r in range(rounds) for k in range(hot)], 0)
+    kafka.produce(name, [(f"b{k}", str(r)) for r in range(2) for k in range(cold)], 1)
+
+    def frames(i: int) -> Any:
+        ranges = {0: (hot * i, hot * (i + 1))}
+        if i < 2:
+            ranges[1] = (cold * i, cold * (i + 1))
+        return kafka_batch(spark, kafka.bootstrap, name, ranges)
+
+    proc = _processor(s3, s3_url, tmp_path / "local", keep_batches=2,
+                      cleanup_interval_batches=3)
+    results = {}
+    crashed: list[PartitionCommit] = []
+    before_cleanup = set()
+    for i in range(6):
+        if i == 4:
+            crashed = _crashed_attempt(proc, frames(4), 4)
+        if i == 5:
+            before_cleanup = _state_objects(proc)
+        results[i] = proc.process_batch(frames(i), i)
+    # Automatic cleanup ran after batches 2 and 5 only ((batch + 1) % 3 == 0).
+    assert [i for i, r in results.items() if r.cleanup is not None] == [2, 5]
+    assert results[2].cleanup.manifests_deleted >= 1
+    assert results[5].cleanup.oldest_retained_batch == 4
+    after_cleanup = _state_objects(proc)
+    assert len(after_cleanup) < len(before_cleanup)
+
+    # The crashed attempt of batch 4 (never named by a record, batch id <= latest): gone.
+    attempt = crashed[0].manifest.rsplit("/", 1)[-1].split("-", 1)[1][:12]
+    assert any(attempt in rel for rel in before_cleanup)
+    assert not any(attempt in rel for rel in after_cleanup)
+
+    # An attempt of the NEXT batch is running: its candidate is never touched.
+    in_flight = _crashed_attempt(proc, frames(6), 6)
+    explicit = proc.cleanup_state()
+    assert explicit.latest_batch == 5 and explicit.in_flight >= 1
+    remaining = _state_objects(proc)
+    in_flight_manifest = f"topic={name}/{in_flight[0].manifest}"
+    assert in_flight_manifest in remaining
+
+    # Exactly the manifests the last 2 records name (p0 at 4, 5; idle p1 at 1) remain.
+    named = {f"topic={name}/{base.manifest}" for b in (4, 5)
+             for base in proc.partition_states(b).values()}
+    assert [proc.partition_states(b)[f"{name}/0"].version for b in (4, 5)] == [4, 5]
+    assert proc.partition_states(5)[f"{name}/1"].version == 1
+    manifests = {rel for rel in remaining if artifact_of(rel)[0] == "manifests"}
+    assert manifests == named | {in_flight_manifest}
+    # Every file a retained manifest references survives, including files shared with (and
+    # named after) batches older than the retained window (incremental snapshots).
+    fs, root = fsspec.core.url_to_fs(proc.options.state_location, skip_instance_cache=True,
+                                     **s3.storage_options)
+    referenced = {f"topic={name}/{e.remote}" for rel in named
+                  for e in read_manifest(fs, root, rel).files if e.remote}
+    assert referenced <= remaining
+    assert any(artifact_of(rel)[1] < 4 for rel in referenced)
+    files = {rel for rel in remaining if artifact_of(rel)[0] == "files"}
+    assert {rel for rel in files if artifact_of(rel)[1] <= 5} == referenced
+
+    # Old state is gone with a clear error; retained state reads back.
+    with pytest.raises(CorruptStateError, match="retention"):
+        dict(proc.read_state(name, 0, batch_id=2))
+    assert dict(proc.read_state(name, 0, batch_id=4)) == {f"a{k}".encode(): 4
+                                                           for k in range(hot)}
+
+    # A replay of a committed batch is skipped, its output still readable.
+    replay = proc.process_batch(frames(2), 2)
+    assert replay.skipped and replay.output_df(spark).count() == hot
+
+    # A restart on a fresh machine (empty local dir) restores from the latest record.
+    fresh = _processor(s3, s3_url, tmp_path / "fresh", keep_batches=2)
+    nxt = fresh.process_batch(frames(6), 6)
+    assert not nxt.skipped and nxt.restores == 1
+    assert dict(fresh.read_state(name, 0)) == {f"a{k}".encode(): 6 for k in range(hot)}
+    assert dict(fresh.read_state(name, 1)) == {f"b{k}".encode(): 1 for k in range(cold)}
+    out = fresh.table().to_arrow()
+    assert out.num_rows == hot * rounds + cold * 2
+    assert pc.sum(out["violation"]).as_py() == 0
+    assert len(set(zip(out["partition"].to_pylist(), out["offset"].to_pylist(),
+                       strict=True))) == out.num_rows
+
+
+def test_batch_output_df_is_exactly_the_batch_committed_rows(spark, kafka, topic, s3, s3_url,
+                                                            tmp_path) -> None:
+    name = topic(partitions=2)
+    keys, rounds = 30, 3
+    for p in (0, 1):
+        kafka.produce(name, [(f"k{p}-{k}", str(r)) for r in range(rounds) for k in range(keys)],
+                      p)
+
+    def frames(i: int) -> Any:
+        return kafka_batch(spark, kafka.bootstrap, name,
+                           {p: (keys * i, keys * (i + 1)) for p in (0, 1)})
+
+    # Hive-partitioned output: partition values come back typed, as committed.
+    proc = _processor(s3, s3_url, tmp_path / "local", writer_options={"partitionBy": "seq"})
+    proc.process_batch(frames(0), 0)
+    orphans = _crashed_attempt(proc, frames(1), 1)  # files on S3 no record lists
+    assert sum(c.output_rows for c in orphans) == 2 * keys
+    first = proc.process_batch(frames(1), 1)
+    df = first.output_df(spark)
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("key", "binary"), ("partition", "int"), ("offset", "bigint"), ("seq", "bigint"),
+        ("violation", "int")]
+    rows = sorted((bytes(r.key), r.partition, r.offset, r.seq, r.violation)
+                  for r in df.collect())
+    expected = sorted((f"k{p}-{k}".encode(), p, keys + k, 1, 0)
+                      for p in (0, 1) for k in range(keys))
+    assert rows == expected  # batch 1 only: not batch 0, not the crashed attempt's copy
+    # The table agrees: batch 1's rows are the table at version 1 minus version 0.
+    table = proc.table()
+    at1 = collections.Counter(table.to_arrow(first.record.version)["offset"].to_pylist())
+    at0 = collections.Counter(table.to_arrow(first.record.version - 1)["offset"].to_pylist())
+    assert sorted((at1 - at0).elements()) == sorted(r[2] for r in expected)
+
+    # A replay (Spark re-runs batch 1 after a crash): skipped, the same rows come back.
+    again = _processor(s3, s3_url, tmp_path / "local").process_batch(frames(1), 1)
+    assert again.skipped
+    assert sorted((bytes(r.key), r.partition, r.offset, r.seq, r.violation)
+                  for r in again.output_df(spark).collect()) == expected
+    assert proc.batch_output(0, spark).count() == 2 * keys
+    with pytest.raises(StateNotFoundError, match="not committed"):
+        proc.batch_output(5, spark)
+    empty = proc.process_batch(frames(2).limit(0), 2)
+    assert empty.output_df(spark).count() == 0
+
+    # Spark's own Parquet reader (s3a, hadoop-aws on the test session) reads the same rows.
+    if "hadoop-aws" not in (spark.conf.get("spark.jars", "") or ""):
+        pytest.skip("hadoop-aws is not on this Spark session (no Maven)")
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in s3a_conf(s3.endpoint, ACCESS_KEY, SECRET_KEY, prefix="").items():
+        hadoop.set(key, value)
+    native = first.output_df(spark, engine="spark")
+    assert native.schema == df.schema
+    assert sorted((bytes(r.key), r.partition, r.offset, r.seq, r.violation)
+                  for r in native.collect()) == expected
+
+
+def test_retention_options_are_checked_and_generic_cleanup_is_refused(tmp_path) -> None:
+    url = f"file://{tmp_path}"
+    schema = pa.schema([("key", pa.binary())])
+    with pytest.raises(OptionError, match="keep_batches=0"):
+        OrderedStateful(check_order, state_location=f"{url}/s", output=f"{url}/o",
+                        output_schema=schema, keep_batches=0)
+    with pytest.raises(OptionError, match="cleanup_interval_batches"):
+        RetentionPolicy(keep_batches=5, cleanup_interval_batches=0)
+    proc = OrderedStateful(check_order, state_location=f"{url}/s", output=f"{url}/o",
+                           output_schema=schema, store_options={"keep_last": 7},
+                           cleanup_interval_batches=None)
+    assert proc.retention.keep_batches == 7 and not proc.retention.due(9)
+    assert RetentionPolicy(keep_batches=1, cleanup_interval_batches=5).due(4)
+    assert proc.cleanup_state().latest_batch is None  # nothing committed: nothing to do
+    # The generic retention would only know the versions handed to the store: refused.
+    with pytest.raises(OptionError, match="cleanup_state"):
+        open_store(proc.options, "t", {(0, 3): "p=0/manifests/3-x.json"}).cleanup(0)
