@@ -10,18 +10,12 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 from kafka_frames import kafka_batch
+from order_check import check_order
 from pyspark import cloudpickle
 
 from statestore.ordered import OrderedStateful
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def check_order(key: Any, record: Any, state: Any) -> list[tuple[Any, ...]]:
-    seq = int(record["value"])
-    previous = state.get_option(-1)
-    state.update(seq)
-    return [(key, record["partition"], record["offset"], seq, 0 if seq == previous + 1 else 1)]
 
 
 @pytest.mark.cluster

@@ -22,6 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from order_check import ORDER_SCHEMA as SCHEMA
+from order_check import check_order
 from pyspark import cloudpickle
 
 from orderedstream import shim
@@ -47,15 +49,6 @@ WARM_UP = 2                   # batches 0-1: no preference yet, then the first p
 # warm-up must restore nothing; without it, 8 batches show restores (Spark moves about a third
 # of the tasks per batch on this cluster) while keeping the test's run time modest.
 BATCHES = {"auto": WARM_UP + 20, "off": 8}
-SCHEMA = "key binary, partition int, offset long, seq long, violation int"
-
-
-def check_order(key: Any, record: Any, state: Any) -> list[tuple[Any, ...]]:
-    """Per key, values are 0, 1, 2, ...: anything lost, duplicated or reordered shows."""
-    seq = int(record["value"])
-    previous = state.get_option(-1)
-    state.update(seq)
-    return [(key, record["partition"], record["offset"], seq, 0 if seq == previous + 1 else 1)]
 
 
 def _produce(kafka: Any, name: str, first_seq: int, per_key: int) -> int:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from kafka_frames import kafka_batch
+from order_check import ORDER_SCHEMA, check_order
 from pyspark import cloudpickle
 
 from orderedstream.errors import CorruptStateError, OptionError, StateNotFoundError
@@ -26,16 +27,6 @@ from statestore.ordered.state_access import open_store
 from statestore.retention import artifact_of
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-ORDER_SCHEMA = "key binary, partition int, offset long, seq long, violation int"
-
-
-def check_order(key: Any, record: Any, state: Any) -> list[tuple[Any, ...]]:
-    """Per key, values are 0, 1, 2, ... in production order: any reordering is a violation."""
-    seq = int(record["value"])
-    previous = state.get_option(-1)
-    state.update(seq)
-    return [(key, record["partition"], record["offset"], seq, 0 if seq == previous + 1 else 1)]
 
 
 def _processor(s3: Any, url: str, local: Any, **kwargs: Any) -> OrderedStateful:
