@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CaseContext, batch_durations_ms, percentile
+from benchmarks.common import CaseContext, Result, batch_durations_ms, percentile
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -148,6 +148,27 @@ def summarize_batches(durations: list[float]) -> dict[str, float]:
         return {"median_ms": 0.0, "p95_ms": 0.0}
     return {"median_ms": statistics.median(durations),
             "p95_ms": percentile(durations, 0.95) or 0.0}
+
+
+def engine_comparison(case: str, ours: dict[str, Any], spark: dict[str, Any], baseline: str,
+                      how: str, extra: dict[str, Any]) -> list[Result]:
+    """The rows every two-engine streaming case reports from ``run_query``-style figures:
+    records/s, median and p95 batch duration, and peak RSS of each engine's process tree."""
+    ob, sb = summarize_batches(ours["batch_ms"]), summarize_batches(spark["batch_ms"])
+    return [
+        Result(case, "records/s", "records/s", ours["records_per_s"],
+               spark["records_per_s"], baseline, how,
+               extra={"ours_s": round(ours["seconds"], 1),
+                      "spark_s": round(spark["seconds"], 1), **extra}),
+        Result(case, "batch duration p50", "ms", ob["median_ms"], sb["median_ms"], baseline,
+               f"median of per-batch triggerExecution over {ours['batches']} / "
+               f"{spark['batches']} batches", higher_is_better=False),
+        Result(case, "batch duration p95", "ms", ob["p95_ms"], sb["p95_ms"], baseline,
+               "p95 of per-batch triggerExecution", higher_is_better=False),
+        Result(case, "peak RSS", "MiB", ours["peak_rss_mb"], spark["peak_rss_mb"], baseline,
+               "summed RSS of the engine's process tree (driver Python, JVM, Python workers), "
+               "sampled every 0.5 s", higher_is_better=False),
+    ]
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

@@ -30,12 +30,12 @@ from typing import Any
 
 from benchmarks.cases._streaming import (
     create_topic,
+    engine_comparison,
     kafka_connector_jars,
     run_engine,
     run_query,
     s3a,
     spark_session,
-    summarize_batches,
 )
 from benchmarks.common import CaseContext, Result, RssSampler
 
@@ -263,25 +263,12 @@ def run(ctx: CaseContext) -> list[Result]:
            f"{topics} topics x {per_topic} partitions, AvailableNow, maxOffsetsPerTrigger "
            f"{per_batch:,}, same SessionLogic, output to SeaweedFS S3, local[2], one engine "
            "per process")
-    ob, sb = summarize_batches(ours["batch_ms"]), summarize_batches(spark["batch_ms"])
     agreement = {"outputs_agree": agree, "rows_ours": len(ours_rows),
                  "rows_spark": len(spark_rows), "rows_differing": differing,
                  "ours_verification": {k: v for k, v in ours_check.items() if k != "examples"},
                  "spark_verification": {k: v for k, v in spark_check.items()
                                         if k != "examples"}}
-    return [
-        Result("endtoend", "records/s", "records/s", ours["records_per_s"],
-               spark["records_per_s"], base, how,
-               extra={"ours_s": round(ours["seconds"], 1),
-                      "spark_s": round(spark["seconds"], 1), **agreement}),
-        Result("endtoend", "batch duration p50", "ms", ob["median_ms"], sb["median_ms"], base,
-               f"median of per-batch triggerExecution over {ours['batches']} / "
-               f"{spark['batches']} batches", higher_is_better=False),
-        Result("endtoend", "batch duration p95", "ms", ob["p95_ms"], sb["p95_ms"], base,
-               "p95 of per-batch triggerExecution", higher_is_better=False),
-        Result("endtoend", "peak RSS", "MiB", ours["peak_rss_mb"], spark["peak_rss_mb"], base,
-               "summed RSS of the engine's process tree (driver Python, JVM, Python workers), "
-               "sampled every 0.5 s", higher_is_better=False),
+    return engine_comparison("endtoend", ours, spark, base, how, agreement) + [
         Result("endtoend", "output rows differing", "rows", differing, None, None,
                f"outputs agree: {'YES' if agree else 'NO'}. Multiset difference of ours "
                f"({len(ours_rows):,} rows) vs Spark's ({len(spark_rows):,}) on "

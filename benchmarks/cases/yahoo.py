@@ -37,12 +37,12 @@ from typing import Any
 
 from benchmarks.cases._streaming import (
     create_topic,
+    engine_comparison,
     kafka_connector_jars,
     run_engine,
     run_query,
     s3a,
     spark_session,
-    summarize_batches,
 )
 from benchmarks.common import CaseContext, Result, RssSampler
 
@@ -278,24 +278,11 @@ def run(ctx: CaseContext) -> list[Result]:
            f"{partitions} partitions, {len(expected):,} (10 s window, campaign) counts, "
            f"AvailableNow, maxOffsetsPerTrigger {per_batch:,}, output to SeaweedFS S3, "
            "local[2], one engine per process")
-    ob, sb = summarize_batches(ours["batch_ms"]), summarize_batches(spark["batch_ms"])
     check = {"window_counts_agree": agree, "windows_expected": len(expected),
              "ours_off_from_expected": ours_wrong, "spark_off_from_expected": spark_wrong,
              "ours_vs_spark_differing": between, "ours_output_rows": ours["output_rows"],
              "spark_output_rows": spark["output_rows"], "ours_late_dropped": ours["late_dropped"]}
-    return [
-        Result("yahoo", "records/s", "records/s", ours["records_per_s"],
-               spark["records_per_s"], base, how,
-               extra={"ours_s": round(ours["seconds"], 1),
-                      "spark_s": round(spark["seconds"], 1), **check}),
-        Result("yahoo", "batch duration p50", "ms", ob["median_ms"], sb["median_ms"], base,
-               f"median of per-batch triggerExecution over {ours['batches']} / "
-               f"{spark['batches']} batches", higher_is_better=False),
-        Result("yahoo", "batch duration p95", "ms", ob["p95_ms"], sb["p95_ms"], base,
-               "p95 of per-batch triggerExecution", higher_is_better=False),
-        Result("yahoo", "peak RSS", "MiB", ours["peak_rss_mb"], spark["peak_rss_mb"], base,
-               "summed RSS of the engine's process tree (driver Python, JVM, Python workers), "
-               "sampled every 0.5 s", higher_is_better=False),
+    return engine_comparison("yahoo", ours, spark, base, how, check) + [
         Result("yahoo", "window counts off", "counts", between, None, None,
                f"window counts agree: {'YES' if agree else 'NO'}. Views differing between "
                "ours (summed over partitions) and Spark's per (window, campaign) over "
