@@ -77,6 +77,9 @@ class CommitMetrics:
     commit_seconds: float
     """Prepare (+ publish, when done through ``commit``) wall time."""
     manifest_path: str
+    changelog: bool = False
+    """True when only this version's write log was uploaded (changelog mode between full
+    checkpoints); ``checkpoint_seconds`` is then the local flush."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

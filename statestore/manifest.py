@@ -1,8 +1,10 @@
 """A version's manifest: the files that make the RocksDB checkpoint, with sizes and checksums.
 
 SST files are referenced by remote name (shared between versions); the few small non-SST
-files (CURRENT, MANIFEST-*, OPTIONS-*, ...) are inlined when small. The manifest also records
-key counts, the codec of each state space (so any reader can decode) and who wrote it.
+files (CURRENT, MANIFEST-*, OPTIONS-*, ...) are inlined when small. In changelog mode
+(``statestore.rocksdb.changelog``) ``files`` is the last full checkpoint and ``changelog`` the
+per-version write logs replayed on top of it, oldest first. The manifest also records key
+counts, the codec of each state space (so any reader can decode) and who wrote it.
 """
 
 from __future__ import annotations
@@ -51,10 +53,15 @@ class Manifest:
     ttl_entries: int = 0
     format: int = FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
+    changelog: tuple[FileEntry, ...] = ()
+    """Write logs of the versions after the checkpoint in ``files`` (oldest first)."""
 
     def to_json(self) -> bytes:
         data = asdict(self)
-        data["files"] = [{k: v for k, v in f.items() if v is not None} for f in data["files"]]
+        for name in ("files", "changelog"):
+            data[name] = [{k: v for k, v in f.items() if v is not None} for f in data[name]]
+        if not data["changelog"]:
+            del data["changelog"]  # checkpoint-only manifests stay as readers before it knew
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -65,16 +72,22 @@ class Manifest:
                 raise ValueError(f"unsupported manifest format {data.get('format')!r} "
                                  f"(this reader knows {FORMAT})")
             data["files"] = tuple(FileEntry(**f) for f in data["files"])
+            data["changelog"] = tuple(FileEntry(**f) for f in data.get("changelog", ()))
             return cls(**data)
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptStateError(f"state manifest {path} is unreadable: {exc}") from exc
 
     def sst_entries(self) -> list[FileEntry]:
+        """The checkpoint's uploaded files (changelogs excluded)."""
         return [f for f in self.files if f.remote is not None]
+
+    def remote_entries(self) -> list[FileEntry]:
+        """Every uploaded file the version needs: checkpoint files, then changelogs."""
+        return [*self.sst_entries(), *self.changelog]
 
     @property
     def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
+        return sum(f.size for f in self.files) + sum(f.size for f in self.changelog)
 
 
 def writer_identity(writer: str | None, attempt: str) -> dict[str, Any]:

@@ -85,6 +85,12 @@ class StateStoreOptions:
     read-modify-write, what ``OrderedStateful`` does, costs nothing extra; ``put_many`` batches
     the lookups). ``exact_key_count=False`` skips them and reports RocksDB's estimate, for
     blind-write-heavy state.
+
+    Snapshots: by default every commit uploads a checkpoint's new SST files. With
+    ``changelog=True`` a commit uploads only the version's puts and deletes (a write log), and
+    a full checkpoint every ``snapshot_interval`` versions; a restore replays at most
+    ``snapshot_interval - 1`` logs. Bytes uploaded then follow bytes changed even when
+    compaction rewrites SSTs.
     """
 
     codec: Codec = field(default_factory=PickleCodec)
@@ -99,10 +105,13 @@ class StateStoreOptions:
     exact_key_count: bool = True
     verify_local_cache: bool = False
     upload_concurrency: int = 8
+    changelog: bool = False
+    snapshot_interval: int = 10
 
     def __post_init__(self) -> None:
         for name in ("block_cache_bytes", "write_buffer_bytes", "max_write_buffers",
-                     "memtable_budget_bytes", "keep_last", "upload_concurrency"):
+                     "memtable_budget_bytes", "keep_last", "upload_concurrency",
+                     "snapshot_interval"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OptionError(f"state store option {name}={value!r}: a positive integer "
@@ -118,6 +127,10 @@ class StateStoreOptions:
                 f"larger than block_cache_bytes={self.block_cache_bytes}: memtables are "
                 "charged to the block cache, so the budget must fit in it (raise "
                 "block_cache_bytes or lower the budget)")
+        for name in ("exact_key_count", "verify_local_cache", "changelog"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"state store option {name}={getattr(self, name)!r}: "
+                                  "True or False is required")
         if self.lock_timeout_s < 0:
             raise OptionError(f"state store option lock_timeout_s={self.lock_timeout_s!r}: "
                               "must be >= 0 seconds")

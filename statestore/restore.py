@@ -34,9 +34,7 @@ def fetch(fs: Any, root: str, manifest: Manifest, cache_dir: str, *, location_ur
     os.makedirs(cache_dir, exist_ok=True)
     missing: list[FileEntry] = []
     reused = 0
-    for entry in manifest.files:
-        if entry.remote is None:
-            continue
+    for entry in manifest.remote_entries():
         local = os.path.join(cache_dir, cache_name(entry))
         if os.path.exists(local) and os.path.getsize(local) == entry.size and (
                 not verify_local or sha256_file(local) == entry.sha256):

@@ -103,9 +103,8 @@ def cleanup_partition(fs: Any, root: str, index: VersionIndex, partition: int,
         if rel is None:
             continue
         keep.add(rel)
-        for entry in read_manifest(fs, root, rel).files:
-            if entry.remote is not None:
-                keep.add(entry.remote)
+        keep.update(e.remote for e in read_manifest(fs, root, rel).remote_entries()
+                    if e.remote is not None)
     pdir = StateLocation.partition_dir(partition)
     deleted = {"versions": 0, "manifests": 0, "files": 0}
     # Forget old versions first: a reader never finds a record whose files are gone.

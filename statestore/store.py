@@ -97,6 +97,7 @@ class StateStore(StateStoreBase):
             if not reused:
                 db = f"db-{uuid.uuid4().hex[:12]}"
                 files = {}
+                chain = []
                 if rel is None:
                     os.makedirs(os.path.join(copy.dir, db))
                 else:
@@ -107,13 +108,13 @@ class StateStore(StateStoreBase):
                                 batch_size=self.options.upload_concurrency)
                     downloaded, reused_files = got.files_downloaded, got.files_reused
                     bytes_downloaded = got.bytes_downloaded
-                    assemble(manifest, copy.cache_dir, os.path.join(copy.dir, db),
-                             location_url=self.location.url)
+                    self._build(manifest, copy.cache_dir, os.path.join(copy.dir, db))
                     files = {e.name: e for e in manifest.sst_entries()}
+                    chain = list(manifest.changelog)
                 copy.state = CopyState(version=version, manifest=rel, dirty=False, db=db,
-                                       files=files)
+                                       files=files, changelog=chain)
                 copy.save()
-                copy.remove_stale({cache_name(e) for e in files.values()})
+                copy.remove_stale({cache_name(e) for e in [*files.values(), *chain]})
             part = RocksDBStatePartition(
                 location=self.location, fs=fs, root=root, partition=partition, version=version,
                 options=self.options, db_path=copy.db_path(), copy=copy, publish=self.publish)
@@ -126,6 +127,42 @@ class StateStore(StateStoreBase):
             bytes_downloaded=bytes_downloaded, restore_seconds=time.perf_counter() - started)
         _log.info("state open %s", self.last_restore.to_dict())
         return part
+
+    def _build(self, manifest: Manifest, cache_dir: str, db_dir: str) -> None:
+        """The DB of ``manifest`` from fetched files: its checkpoint, then its changelogs
+        replayed in order and flushed (so the local copy holds the version on disk)."""
+        assemble(manifest, cache_dir, db_dir, location_url=self.location.url)
+        if not manifest.changelog:
+            return
+        from statestore.rocksdb.changelog import replay
+        from statestore.rocksdb.options import make_options
+        from statestore.rocksdb.partition import open_rdict
+
+        db = open_rdict(db_dir, self.options, read_only=False)
+        families: dict[str, tuple[Any, Any]] = {}
+
+        def family(name: str) -> tuple[Any, Any]:
+            found = families.get(name)
+            if found is None:
+                if name == "default":
+                    cf = db
+                else:
+                    try:
+                        cf = db.get_column_family(name)
+                    except Exception:  # rocksdict raises a bare Exception for a missing family
+                        cf = db.create_column_family(name, make_options(self.options))
+                found = families[name] = (db.get_column_family_handle(name), cf)
+            return found
+
+        try:
+            for entry in manifest.changelog:
+                replay(db, os.path.join(cache_dir, cache_name(entry)), family)
+            for _, cf in families.values():
+                cf.flush()
+            db.flush()
+        finally:
+            families.clear()
+            db.close()
 
     def read_manifest(self, partition: int, version: int) -> Manifest:
         """The manifest of a published version (files, key counts, codecs, writer)."""
@@ -151,7 +188,7 @@ class StateStore(StateStoreBase):
             fetch(fs, root, manifest, os.path.join(temp, "cache"),
                   location_url=self.location.url, batch_size=self.options.upload_concurrency)
             db = os.path.join(temp, "db")
-            assemble(manifest, os.path.join(temp, "cache"), db, location_url=self.location.url)
+            self._build(manifest, os.path.join(temp, "cache"), db)
             codecs = {name: codec_from_spec(spec) for name, spec in manifest.spaces.items()}
             return RocksDBStatePartition(
                 location=self.location, fs=fs, root=root, partition=partition, version=version,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import random
 import shutil
 import statistics
 import tempfile
@@ -268,9 +269,79 @@ def snapshot_and_restore(location: StateLocation, n: int, workdir: str) -> list[
     return results
 
 
+def _mode_run(location: StateLocation, n: int, workdir: str, label: str, changelog: bool,
+              batches: int, interval: int, changed_keys: int) -> dict[str, Any]:
+    """N keys at version 0, then ``batches`` versions each rewriting ``changed_keys`` other keys
+    (100-byte random values: compression helps neither side); a fresh local dir restores the
+    last version."""
+    opts = dict(codec=BytesCodec(), changelog=changelog, snapshot_interval=interval)
+    store = StateStore(location, StateStoreOptions(local_dir=os.path.join(workdir, label),
+                                                   **opts))
+    keys = _keys(n)
+    rng = random.Random(7)  # incompressible values, the same for both modes
+    pool = [rng.randbytes(100) for _ in range(1000)]
+    uploaded, commit_s = [], []
+    with store.open(2, EMPTY_VERSION) as part:
+        part.put_many((k, pool[i % 1000]) for i, k in enumerate(keys))
+        part.commit(0)
+        for version in range(1, batches + 1):
+            changed = keys[(version * 7919) % (n - changed_keys):][:changed_keys]
+            part.put_many((k, pool[(i + version) % 1000]) for i, k in enumerate(changed))
+            m = part.commit(version)
+            uploaded.append(m.bytes_uploaded)
+            commit_s.append(m.commit_seconds)
+    fresh = StateStore(location, StateStoreOptions(
+        local_dir=os.path.join(workdir, label + "-fresh"), **opts))
+    start = time.perf_counter()
+    with fresh.open(2, batches) as part:
+        assert part.num_keys() == n
+    restore_s = time.perf_counter() - start
+    del keys
+    return {"uploaded": uploaded, "commit_s": commit_s, "restore_s": restore_s,
+            "chain": len(fresh.read_manifest(2, batches).changelog)}
+
+
+def snapshot_modes(location: StateLocation, n: int, workdir: str, batches: int = 40,
+                   interval: int = 10, changed_keys: int = 1000) -> list[Result]:
+    """Checkpoint snapshots vs changelog snapshots over ``batches`` versions that each rewrite
+    ``changed_keys`` keys of ``n``: bytes uploaded per version, commit time, restore of the
+    last one. Compaction makes checkpoints re-upload rewritten SSTs; a changelog uploads the
+    writes, plus a full checkpoint every ``interval`` versions."""
+    changed_keys = min(changed_keys, n // 2)
+    changed_bytes = changed_keys * (len(_keys(1)[0]) + 101)
+    tag = f"{changed_keys}-{batches}"
+    ckpt = _mode_run(StateLocation(f"{location.url}-ckpt-{tag}", location.storage_options), n,
+                     workdir, f"ckpt-{tag}", False, batches, interval, changed_keys)
+    log = _mode_run(StateLocation(f"{location.url}-log-{tag}", location.storage_options), n,
+                    workdir, f"log-{tag}", True, batches, interval, changed_keys)
+    how = (f"{n} keys, then {batches} versions each rewriting {changed_keys:,} keys "
+           f"(~{changed_bytes:,} bytes changed); changelog mode takes a full checkpoint every "
+           f"{interval} versions")
+    extra = {"changed_bytes_per_version": changed_bytes,
+             "checkpoint_uploaded": ckpt["uploaded"], "changelog_uploaded": log["uploaded"],
+             "changelog_chain_at_restore": log["chain"]}
+    return [
+        Result("statestore", f"bytes uploaded per version (mean, {changed_keys} keys changed): "
+               "changelog vs checkpoint",
+               "bytes", statistics.mean(log["uploaded"]), statistics.mean(ckpt["uploaded"]),
+               "checkpoint mode (the default)", how, higher_is_better=False, extra=extra),
+        Result("statestore", f"commit seconds per version (median, {changed_keys} keys "
+               "changed): changelog vs checkpoint",
+               "s", statistics.median(log["commit_s"]), statistics.median(ckpt["commit_s"]),
+               "checkpoint mode (the default)", how, higher_is_better=False),
+        Result("statestore", f"restore seconds of the last version ({changed_keys} keys "
+               "changed): changelog vs checkpoint",
+               "s", log["restore_s"], ckpt["restore_s"], "checkpoint mode (the default)",
+               how + f"; the changelog restore replays {log['chain']} log(s)",
+               higher_is_better=False),
+    ]
+
+
 def measure(location: StateLocation, n: int, workdir: str) -> list[Result]:
     results = hot_path_results(n, workdir)
     results += snapshot_and_restore(location, n, workdir)
+    results += snapshot_modes(location, n, workdir)  # small changes, many versions
+    results += snapshot_modes(location, n, workdir, batches=20, changed_keys=50_000)
     results.append(Result("statestore", "peak RSS", "MiB", peak_rss_mb(children=False), None,
                           None, "whole benchmark process", higher_is_better=False))
     return results

@@ -175,7 +175,8 @@ class OrderedRetention:
             topic_dir = rel.split("/", 1)[0]
             manifest = Manifest.from_json(raw, path)
             self._files_of[rel] = frozenset(f"{topic_dir}/{e.remote}"
-                                            for e in manifest.files if e.remote is not None)
+                                            for e in manifest.remote_entries()
+                                            if e.remote is not None)
 
     def _listing(self) -> list[str]:
         """Every object under the state location, relative to it (one recursive listing)."""

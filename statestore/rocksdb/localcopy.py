@@ -30,17 +30,21 @@ class CopyState:
     db: str | None = None
     files: dict[str, FileEntry] = field(default_factory=dict)
     """local SST name -> its remote entry, for the lineage of the current DB."""
+    changelog: list[FileEntry] = field(default_factory=list)
+    """Changelogs (changelog mode) applied since the checkpoint ``files`` came from."""
 
     def to_json(self) -> str:
         return json.dumps({"version": self.version, "manifest": self.manifest,
                            "dirty": self.dirty, "db": self.db,
-                           "files": {k: v.__dict__ for k, v in self.files.items()}})
+                           "files": {k: v.__dict__ for k, v in self.files.items()},
+                           "changelog": [e.__dict__ for e in self.changelog]})
 
     @classmethod
     def from_json(cls, text: str) -> CopyState:
         data = json.loads(text)
         return cls(version=data["version"], manifest=data["manifest"], dirty=data["dirty"],
-                   db=data["db"], files={k: FileEntry(**v) for k, v in data["files"].items()})
+                   db=data["db"], files={k: FileEntry(**v) for k, v in data["files"].items()},
+                   changelog=[FileEntry(**e) for e in data.get("changelog", [])])
 
 
 class LocalCopy:

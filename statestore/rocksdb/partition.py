@@ -3,7 +3,9 @@
 Spaces are column families (``default`` is RocksDB's default family); two internal families
 hold key counts (``__meta__``) and the TTL expiry index (``__ttl__``). Writes go straight to
 the DB with the WAL off; ``prepare_commit`` checkpoints it (hard links), uploads only new SSTs
-(``statestore.snapshot``) and writes an attempt-unique candidate manifest.
+(``statestore.snapshot``) and writes an attempt-unique candidate manifest. In changelog mode
+(``StateStoreOptions.changelog``) every write is also appended to a per-version log, and
+between full checkpoints a commit uploads only that log (``statestore.rocksdb.changelog``).
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ from statestore.base import (
     Key,
     StatePartition,
 )
-from statestore.manifest import Manifest, writer_identity
+from statestore.manifest import FileEntry, Manifest, read_manifest, writer_identity
 from statestore.options import StateLocation, StateStoreOptions
 from statestore.restore import cache_name
+from statestore.rocksdb.changelog import ChangelogWriter
 from statestore.rocksdb.localcopy import CopyState, LocalCopy
 from statestore.rocksdb.options import make_options, write_options
-from statestore.snapshot import upload_checkpoint
+from statestore.snapshot import UploadResult, sha256_file, transfer, upload_checkpoint
 
 _log = logging.getLogger("statestore")
 
@@ -156,6 +159,11 @@ class RocksDBStatePartition(StatePartition):
         ``prepare_commit``/``close`` so the next write checks (and marks) again."""
         self._puts = self._deletes = self._bytes_written = 0
         self._ttl_entries = 0
+        self._changelog_mode = options.changelog and not self._read_only
+        self._log: ChangelogWriter | None = None
+        """This version's write log (changelog mode; created by the first write)."""
+        self._base_files: tuple[FileEntry, ...] | None = None
+        """Files of the checkpoint the local copy's changelogs apply to (read lazily)."""
 
     # ---- helpers -------------------------------------------------------------------------
     def _load_counts(self) -> dict[str, int]:
@@ -185,6 +193,8 @@ class RocksDBStatePartition(StatePartition):
             self._writable()
             cf = self._db.create_column_family(space, make_options(self._options))
             self._cfs[space] = cf
+            if self._log is not None:
+                self._log.space_id(space)  # replay recreates the family even if left empty
         return cf
 
     def _handle(self, space: str) -> Any:
@@ -224,6 +234,10 @@ class RocksDBStatePartition(StatePartition):
         if copy is not None and not copy.state.dirty:
             copy.state.dirty = True
             copy.save()
+        if self._changelog_mode and self._log is None:
+            assert copy is not None
+            self._log = ChangelogWriter(os.path.join(copy.dir,
+                                                     f"changelog-{uuid.uuid4().hex}.log"))
         self._write_ok = True
 
     def _readable(self) -> None:
@@ -359,10 +373,16 @@ class RocksDBStatePartition(StatePartition):
             if len(known) >= _MEMO_MAX:
                 known.clear()
             known[k] = True
+        log = self._log
+        if log is not None:
+            log.put(space, k, stored)
         if ttl_ms is not None:
             ttl_s = self._space(TTL_CF, create=True)
             assert ttl_s is not None and expires is not None
-            ttl_s.cf.put(ttl_mod.index_key(expires, space, k), b"")
+            entry = ttl_mod.index_key(expires, space, k)
+            ttl_s.cf.put(entry, b"")
+            if log is not None:
+                log.put(TTL_CF, entry, b"")
         self._puts += 1
         self._bytes_written += len(k) + len(stored)
 
@@ -376,6 +396,8 @@ class RocksDBStatePartition(StatePartition):
         # Hot path: one pass, straight into the WriteBatch; the batch is applied in chunks of
         # _CHUNK, and exact counting looks the chunk's keys up just before applying it.
         encode, handle, exact = s.encode, s.handle, s.known is not None
+        log = None if self._log is None else self._log.put
+        name = s.name
         batch = rocksdict.WriteBatch(raw_mode=True)
         put = batch.put
         keys: list[bytes] = []
@@ -387,6 +409,8 @@ class RocksDBStatePartition(StatePartition):
             put(k, stored, handle)
             written += len(k) + len(stored)
             n += 1
+            if log is not None:
+                log(name, k, stored)
             if exact:
                 remember(k)
             if n == _CHUNK:
@@ -416,10 +440,15 @@ class RocksDBStatePartition(StatePartition):
                    ttl_ms: int, now_ms: int | None) -> None:
         batch = rocksdict.WriteBatch(raw_mode=True)
         written = 0
+        log = self._log
         for k, value in chunk:
             stored, expires = self._frame(s, value, ttl_ms, now_ms)
+            entry = ttl_mod.index_key(expires, s.name, k)  # type: ignore[arg-type]
             batch.put(k, stored, s.handle)
-            batch.put(ttl_mod.index_key(expires, s.name, k), b"", ttl_s.handle)  # type: ignore[arg-type]
+            batch.put(entry, b"", ttl_s.handle)
+            if log is not None:
+                log.put(s.name, k, stored)
+                log.put(TTL_CF, entry, b"")
             written += len(k) + len(stored)
         keys = [k for k, _ in chunk] if s.known is not None else []
         self._apply(s, batch, keys, len(chunk), written)
@@ -461,6 +490,8 @@ class RocksDBStatePartition(StatePartition):
             if s is None:
                 return
         k = key if type(key) is bytes else encode_key(key)
+        if self._log is not None:
+            self._log.delete(space, k)
         known = s.known
         if known is None:
             s.cf.delete(k)
@@ -489,12 +520,16 @@ class RocksDBStatePartition(StatePartition):
                 break
             expires, space, key = ttl_mod.parse_index_key(entry)
             ttl_s.cf.delete(entry)
+            if self._log is not None:
+                self._log.delete(TTL_CF, entry)
             s = self._space(space) if space in self._cfs else None
             raw = None if s is None else s.cf.get(key)
             if raw is None or ttl_mod.expiry_of(raw) != expires:
                 continue  # stale entry: the key was overwritten or deleted since
             assert s is not None
             s.cf.delete(key)
+            if self._log is not None:
+                self._log.delete(space, key)
             if s.known is not None:
                 s.known.pop(key, None)
             self._deletes += 1
@@ -533,21 +568,29 @@ class RocksDBStatePartition(StatePartition):
             meta = self._cf(META_CF, create=True)
             assert meta is not None
             for space, count in self._counts.items():
-                meta.put(b"count/" + space.encode(), _I64.pack(count))
-        ckpt = os.path.join(copy.dir, f"ckpt-{attempt}")
-        rocksdict.Checkpoint(self._db).create_checkpoint(ckpt)
-        checkpointed = time.perf_counter()
+                key, value = b"count/" + space.encode(), _I64.pack(count)
+                meta.put(key, value)
+                if self._log is not None:
+                    self._log.put(META_CF, key, value)
         pdir = StateLocation.partition_dir(self.partition)
+        full = (not self._changelog_mode
+                or len(copy.state.changelog) + 1 >= self._options.snapshot_interval)
+        if full:
+            if self._log is not None:
+                self._log.discard()
+                self._log = None
+            result, files, chain, ckpt_s, cleanup = self._upload_checkpoint(copy, pdir,
+                                                                            version, attempt)
+        else:
+            result, files, chain, ckpt_s, cleanup = self._upload_changelog(copy, pdir,
+                                                                           version, attempt)
         try:
-            result = upload_checkpoint(self._fs, self._root, pdir, ckpt, version, attempt,
-                                       copy.state.files,
-                                       batch_size=self._options.upload_concurrency)
             uploaded = time.perf_counter()
             manifest_rel = f"{pdir}/manifests/{version}-{attempt}.json"
             num_keys = self.num_keys()
             manifest = Manifest(
                 partition=self.partition, version=version, parent_version=self.base_version,
-                parent_manifest=copy.state.manifest, files=tuple(result.entries),
+                parent_manifest=copy.state.manifest, files=files, changelog=chain,
                 num_keys=num_keys,
                 key_counts={s: self._counts.get(s, 0) for s in self.spaces()},
                 spaces={s: self._codec(s).spec() for s in self.spaces()},
@@ -555,32 +598,86 @@ class RocksDBStatePartition(StatePartition):
             if not create_exclusive(self._fs, f"{self._root}/{manifest_rel}",
                                     manifest.to_json()):
                 raise StateTransactionError(f"manifest {manifest_rel} already exists")
-            old_files = copy.state.files
+            old = [*copy.state.files.values(), *copy.state.changelog]
             new_files = {e.name: e for e in manifest.sst_entries()}
             for remote, local in result.new_files.items():
                 target = os.path.join(copy.cache_dir, remote.rsplit("/", 1)[-1])
                 if not os.path.exists(target):
                     os.link(local, target)
             copy.state = CopyState(version=version, manifest=manifest_rel, dirty=False,
-                                   db=copy.state.db, files=new_files)
+                                   db=copy.state.db, files=new_files, changelog=list(chain))
             copy.save()
-            keep = {cache_name(e) for e in [*old_files.values(), *new_files.values()]}
+            self._base_files = files
+            keep = {cache_name(e) for e in [*old, *manifest.remote_entries()]}
         finally:
-            shutil.rmtree(ckpt, ignore_errors=True)
+            cleanup()
         copy.remove_stale(keep)
         self._status = Status.PREPARED
         metrics = CommitMetrics(
             partition=self.partition, version=version, num_keys=num_keys, puts=self._puts,
             deletes=self._deletes, bytes_written=self._bytes_written,
-            files_total=len(result.entries), files_uploaded=result.files_uploaded,
+            files_total=len(manifest.remote_entries()), files_uploaded=result.files_uploaded,
             files_reused=result.files_reused, bytes_uploaded=result.bytes_uploaded,
-            bytes_total=manifest.total_bytes, checkpoint_seconds=checkpointed - started,
-            upload_seconds=uploaded - checkpointed,
-            commit_seconds=time.perf_counter() - started, manifest_path=manifest_rel)
+            bytes_total=manifest.total_bytes, checkpoint_seconds=ckpt_s - started,
+            upload_seconds=uploaded - ckpt_s,
+            commit_seconds=time.perf_counter() - started, manifest_path=manifest_rel,
+            changelog=not full)
         _log.info("state candidate %s", metrics.to_dict())
         return CommitCandidate(location_url=self._location.url, partition=self.partition,
                                version=version, manifest_path=manifest_rel,
                                writer=writer or attempt, metrics=metrics)
+
+    def _upload_checkpoint(self, copy: LocalCopy, pdir: str, version: int, attempt: str,
+                           ) -> tuple[UploadResult, tuple[FileEntry, ...], tuple[FileEntry, ...],
+                                      float, Callable[[], None]]:
+        """A full snapshot: checkpoint (flushes the memtables), upload the SSTs not uploaded
+        before. Returns the upload, the manifest's files and (empty) changelog, the time the
+        checkpoint was done and how to clean up the checkpoint dir."""
+        ckpt = os.path.join(copy.dir, f"ckpt-{attempt}")
+        rocksdict.Checkpoint(self._db).create_checkpoint(ckpt)
+        checkpointed = time.perf_counter()
+        try:
+            result = upload_checkpoint(self._fs, self._root, pdir, ckpt, version, attempt,
+                                       copy.state.files,
+                                       batch_size=self._options.upload_concurrency)
+        except BaseException:
+            shutil.rmtree(ckpt, ignore_errors=True)
+            raise
+        return (result, tuple(result.entries), (), checkpointed,
+                lambda: shutil.rmtree(ckpt, ignore_errors=True))
+
+    def _upload_changelog(self, copy: LocalCopy, pdir: str, version: int, attempt: str,
+                          ) -> tuple[UploadResult, tuple[FileEntry, ...], tuple[FileEntry, ...],
+                                     float, Callable[[], None]]:
+        """A changelog version: flush locally (the local copy must hold what it claims once
+        marked clean), upload this version's write log, keep the checkpoint files as they
+        are. Same return shape as ``_upload_checkpoint``."""
+        if self._base_files is None:
+            base = copy.state.manifest
+            self._base_files = (() if base is None
+                                else read_manifest(self._fs, self._root, base).files)
+        if self._log is None:  # no write at all this version: an empty log keeps the chain
+            self._log = ChangelogWriter(os.path.join(copy.dir,
+                                                     f"changelog-{uuid.uuid4().hex}.log"))
+        log, self._log = self._log, None
+        for cf in self._cfs.values():
+            cf.flush()
+        flushed = time.perf_counter()
+        try:
+            size = log.close()
+            remote = f"{pdir}/sst/{version}-changelog-{attempt[:12]}.log"
+            transfer(self._fs, "put", [log.path], [f"{self._root}/{remote}"],
+                     self._options.upload_concurrency)
+            entry = FileEntry(name=f"changelog-{version}.log", size=size,
+                              sha256=sha256_file(log.path), remote=remote)
+        except BaseException:
+            log.discard()
+            raise
+        chain = (*copy.state.changelog, entry)
+        result = UploadResult(entries=[entry], new_files={remote: log.path}, files_uploaded=1,
+                              files_reused=len(copy.state.files) + len(chain) - 1,
+                              bytes_uploaded=size)
+        return result, self._base_files, chain, flushed, log.discard
 
     def commit(self, version: int, *, writer: str | None = None) -> CommitMetrics:
         started = time.perf_counter()
@@ -604,6 +701,9 @@ class RocksDBStatePartition(StatePartition):
         if self._status is Status.CLOSED:
             return
         self._status = Status.CLOSED
+        if self._log is not None:  # writes never committed: their log is worthless
+            self._log.discard()
+            self._log = None
         self._write_ok = False
         self._spaces.clear()
         self._cfs.clear()

@@ -31,11 +31,12 @@ def _produce_sequences(kafka: Any, name: str, keys: int, per_key: int) -> dict[i
     return kafka.end_offsets(name)
 
 
-def _processor(s3: Any, url: str, func: Any, schema: str, tmp_path: Any, **kwargs: Any
-               ) -> OrderedStateful:
+def _processor(s3: Any, url: str, func: Any, schema: str, tmp_path: Any,
+               store: dict[str, Any] | None = None, **kwargs: Any) -> OrderedStateful:
     return OrderedStateful(func, state_location=f"{url}/state", output=f"{url}/out",
                            output_schema=schema, storage_options=s3.storage_options,
-                           store_options={"local_dir": str(tmp_path / "local")}, **kwargs)
+                           store_options={"local_dir": str(tmp_path / "local"), **(store or {})},
+                           **kwargs)
 
 
 def test_order_holds_for_a_large_batch_under_cache_pressure(spark, kafka, topic, s3, s3_url,
@@ -161,8 +162,12 @@ def test_event_time_timeouts_follow_the_partition_watermark(spark, kafka, topic,
     assert sorted(dict(proc.read_state(name, 0))) == [b"a", b"c"]
 
 
+@pytest.mark.parametrize("snapshots", ["checkpoint", "changelog"])
 def test_replay_after_a_crash_commits_output_and_state_exactly_once(spark, kafka, topic, s3,
-                                                                    s3_url, tmp_path) -> None:
+                                                                    s3_url, tmp_path,
+                                                                    snapshots) -> None:
+    # changelog: batch 0 uploads a log, batch 1 a full checkpoint, batch 2 a log again.
+    store = {"changelog": True, "snapshot_interval": 2} if snapshots == "changelog" else {}
     name = topic(partitions=2)
     ends = _produce_sequences(kafka, name, keys=300, per_key=60)
     thirds = [{p: (e * i // 3, e * (i + 1) // 3) for p, e in ends.items()} for i in range(3)]
@@ -170,7 +175,7 @@ def test_replay_after_a_crash_commits_output_and_state_exactly_once(spark, kafka
     def frames(i: int) -> Any:
         return kafka_batch(spark, kafka.bootstrap, name, thirds[i])
 
-    crashed = _processor(s3, s3_url, check_order, ORDER_SCHEMA, tmp_path)
+    crashed = _processor(s3, s3_url, check_order, ORDER_SCHEMA, tmp_path, store)
     crashed.process_batch(frames(0), 0)
     # Batch 1 runs its ordered stage (files and state candidates are written) and the
     # driver dies before the commit record: what a crash leaves behind.
@@ -183,7 +188,7 @@ def test_replay_after_a_crash_commits_output_and_state_exactly_once(spark, kafka
     assert crashed.log.get(1) is None
 
     # The query restarts: a new processor (new writer epoch) gets batch 1 again, then 2.
-    restarted = _processor(s3, s3_url, check_order, ORDER_SCHEMA, tmp_path)
+    restarted = _processor(s3, s3_url, check_order, ORDER_SCHEMA, tmp_path, store)
     replay = restarted.process_batch(frames(1), 1)
     assert not replay.skipped
     again = restarted.process_batch(frames(1), 1)  # Spark replays it once more: skipped
@@ -199,7 +204,8 @@ def test_replay_after_a_crash_commits_output_and_state_exactly_once(spark, kafka
     assert len(set(zip(out["partition"].to_pylist(), out["offset"].to_pylist(),
                        strict=True))) == total
     # Same state as a run that never crashed.
-    clean = _processor(s3, f"{s3_url}-clean", check_order, ORDER_SCHEMA, tmp_path / "clean")
+    clean = _processor(s3, f"{s3_url}-clean", check_order, ORDER_SCHEMA, tmp_path / "clean",
+                       store)
     for i in range(3):
         clean.process_batch(frames(i), i)
     for partition in ends:
@@ -207,6 +213,9 @@ def test_replay_after_a_crash_commits_output_and_state_exactly_once(spark, kafka
                                                                                    partition))
     assert collections.Counter(clean.table().to_arrow()["offset"].to_pylist()) == \
         collections.Counter(out["offset"].to_pylist())
+    if snapshots == "changelog":
+        chains = {c.partition_id: c.metrics["state"]["changelog"] for c in replay.commits}
+        assert set(chains.values()) == {False}, chains  # batch 1: the full checkpoint
 
 
 def test_streaming_query_on_orderedkafka_with_a_restart(spark, kafka, topic, s3, s3_url,
