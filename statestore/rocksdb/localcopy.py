@@ -115,10 +115,16 @@ class LocalCopy:
         return os.path.join(self.dir, self.state.db)
 
     def remove_stale(self, keep_cache: set[str]) -> None:
-        """Delete DB/checkpoint dirs other than the current one, and cache files not kept."""
+        """Delete DB/checkpoint dirs other than the current one, write logs of versions that
+        never committed (left by a crash), and cache files not kept."""
         for name in os.listdir(self.dir):
             if (name.startswith(("db-", "ckpt-")) and name != self.state.db):
                 shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+            elif name.startswith("changelog-"):
+                try:
+                    os.remove(os.path.join(self.dir, name))
+                except FileNotFoundError:
+                    pass
         for name in os.listdir(self.cache_dir):
             if name not in keep_cache:
                 try:

@@ -6,6 +6,7 @@ is checked against a plain dict that saw the same writes, on a machine that rest
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -77,9 +78,12 @@ def test_changelog_chain_continues_after_restore_and_replays_a_crashed_batch(
         assert part.commit(1).changelog
         write_version(part, 99, {})  # a batch that crashes before its commit
     # The uncommitted writes made b's copy dirty: reopening version 1 restores it exactly.
-    with make_store("b", **CHANGELOG).open(0, 1) as part:
+    b = make_store("b", **CHANGELOG)
+    with b.open(0, 1) as part:
         assert state_of(part) == expected
         assert "k00099" in state_of(part)
+        assert not b.last_restore.reused_local
+        assert not [n for n in os.listdir(b.local_copy_dir(0)) if n.startswith("changelog-")]
     with make_store("c", **CHANGELOG).open(0, 0) as part:
         assert state_of(part) == at_0
     assert len(make_store("d").read_manifest(0, 1).changelog) == 2
