@@ -278,7 +278,7 @@ def _mode_run(location: StateLocation, n: int, workdir: str, label: str, changel
     store = StateStore(location, StateStoreOptions(local_dir=os.path.join(workdir, label),
                                                    **opts))
     keys = _keys(n)
-    rng = random.Random(7)  # incompressible values, the same for both modes
+    rng = random.Random(7)  # incompressible values, the same sequence for both modes
     pool = [rng.randbytes(100) for _ in range(1000)]
     uploaded, commit_s = [], []
     with store.open(2, EMPTY_VERSION) as part:
@@ -286,7 +286,7 @@ def _mode_run(location: StateLocation, n: int, workdir: str, label: str, changel
         part.commit(0)
         for version in range(1, batches + 1):
             changed = keys[(version * 7919) % (n - changed_keys):][:changed_keys]
-            part.put_many((k, pool[(i + version) % 1000]) for i, k in enumerate(changed))
+            part.put_many((k, rng.randbytes(100)) for k in changed)  # fresh: no repeats
             m = part.commit(version)
             uploaded.append(m.bytes_uploaded)
             commit_s.append(m.commit_seconds)

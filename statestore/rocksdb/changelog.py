@@ -31,8 +31,6 @@ PUT, DELETE, SPACE = 1, 2, 3
 _HEAD = struct.Struct(">BH")
 _PUT = struct.Struct(">BHII")
 _DEL = struct.Struct(">BHI")
-_U32 = struct.Struct(">I")
-_LENS = struct.Struct(">II")
 _U16 = struct.Struct(">H")
 _BUFFER = 1 << 20
 _REPLAY_CHUNK = 10_000
@@ -98,75 +96,80 @@ class ChangelogWriter:
             pass
 
 
-class _Records:
-    """Decompressed bytes of a changelog, read in chunks; ``take(n)`` returns the next n."""
-
-    def __init__(self, stream: Any, path: str) -> None:
-        self._stream = stream
-        self._path = path
-        self._buf = b""
-        self._pos = 0
-
-    def take(self, n: int) -> bytes | None:
-        """The next ``n`` bytes; None at a clean end of file; raises if it ends inside."""
-        end = self._pos + n
-        if end > len(self._buf):
-            rest = self._buf[self._pos:]
-            more = self._stream.read(max(_BUFFER, n))
-            if not more and not rest:
-                return None
-            self._buf, self._pos, end = rest + more, 0, n
-            if end > len(self._buf):
-                raise CorruptStateError(f"state changelog {self._path} is truncated")
-        data = self._buf[self._pos:end]
-        self._pos = end
-        return data
-
-    def need(self, n: int) -> bytes:
-        data = self.take(n)
-        if data is None:
-            raise CorruptStateError(f"state changelog {self._path} is truncated")
-        return data
-
-
 def replay(db: rocksdict.Rdict, path: str,
            family: Callable[[str], tuple[Any, rocksdict.Rdict]]) -> int:
     """Apply the changelog at ``path`` to ``db`` in WriteBatches; returns records applied.
 
     ``family(name)`` returns ``(column family handle, column family)`` for a space, creating
-    the family when the DB lacks it."""
-    applied = 0
+    the family when the DB lacks it. Reads 1 MiB of decompressed bytes at a time and parses
+    every whole record in it (a record larger than that is read across chunks)."""
+    applied = pending = 0
     handles: dict[int, Any] = {}
     batch = rocksdict.WriteBatch(raw_mode=True)
-    pending = 0
+    head_at, put_at, del_at, u16_at = (_HEAD.unpack_from, _PUT.unpack_from, _DEL.unpack_from,
+                                       _U16.unpack_from)
     try:
         stream = pa.input_stream(path, compression=COMPRESSION)
-        records = _Records(stream, path)
-        if records.take(len(MAGIC)) != MAGIC:
+        data = stream.read(max(_BUFFER, len(MAGIC)))
+        if data[:len(MAGIC)] != MAGIC:
             raise CorruptStateError(f"state changelog {path} does not start with {MAGIC!r}")
-        while (head := records.take(_HEAD.size)) is not None:
-            op, sid = _HEAD.unpack(head)
-            if op == SPACE:
-                (size,) = _U16.unpack(records.need(2))
-                handles[sid] = family(records.need(size).decode())[0]
-                continue
-            cf = handles.get(sid)
-            if cf is None or op not in (PUT, DELETE):
-                raise CorruptStateError(f"state changelog {path}: bad record (op {op}, space "
-                                        f"{sid}) after {applied} records")
-            if op == PUT:
-                klen, vlen = _LENS.unpack(records.need(8))
-                key = records.need(klen)
-                batch.put(key, records.need(vlen), cf)
-            else:
-                (klen,) = _U32.unpack(records.need(4))
-                batch.delete(records.need(klen), cf)
-            applied += 1
-            pending += 1
-            if pending >= _REPLAY_CHUNK:
-                db.write(batch)
-                batch = rocksdict.WriteBatch(raw_mode=True)
-                pending = 0
+        pos = len(MAGIC)
+        while True:
+            size = len(data)
+            while pos + 3 <= size:
+                op, sid = head_at(data, pos)
+                if op == PUT:
+                    if pos + 11 > size:
+                        break
+                    _, _, klen, vlen = put_at(data, pos)
+                    key_at = pos + 11
+                    end = key_at + klen + vlen
+                    if end > size:
+                        break
+                    cf = handles.get(sid)
+                    if cf is None:
+                        raise CorruptStateError(f"state changelog {path}: record of undefined "
+                                                f"space {sid} after {applied} records")
+                    batch.put(data[key_at:key_at + klen], data[key_at + klen:end], cf)
+                elif op == DELETE:
+                    if pos + 7 > size:
+                        break
+                    _, _, klen = del_at(data, pos)
+                    end = pos + 7 + klen
+                    if end > size:
+                        break
+                    cf = handles.get(sid)
+                    if cf is None:
+                        raise CorruptStateError(f"state changelog {path}: record of undefined "
+                                                f"space {sid} after {applied} records")
+                    batch.delete(data[pos + 7:end], cf)
+                elif op == SPACE:
+                    if pos + 5 > size:
+                        break
+                    (length,) = u16_at(data, pos + 3)
+                    end = pos + 5 + length
+                    if end > size:
+                        break
+                    handles[sid] = family(data[pos + 5:end].decode())[0]
+                    pos = end
+                    continue
+                else:
+                    raise CorruptStateError(f"state changelog {path}: unknown record type {op} "
+                                            f"after {applied} records")
+                pos = end
+                applied += 1
+                pending += 1
+                if pending >= _REPLAY_CHUNK:
+                    db.write(batch)
+                    batch = rocksdict.WriteBatch(raw_mode=True)
+                    pending = 0
+            more = stream.read(_BUFFER)
+            if not more:
+                if pos != size:
+                    raise CorruptStateError(f"state changelog {path} is truncated (a partial "
+                                            f"record after {applied} records)")
+                break
+            data, pos = data[pos:] + more, 0
     except OSError as exc:  # pyarrow: not a zstd stream, or a damaged one
         raise CorruptStateError(f"state changelog {path} cannot be decompressed: {exc}") from exc
     if pending:

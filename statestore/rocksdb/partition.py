@@ -573,7 +573,9 @@ class RocksDBStatePartition(StatePartition):
                 if self._log is not None:
                     self._log.put(META_CF, key, value)
         pdir = StateLocation.partition_dir(self.partition)
-        full = (not self._changelog_mode
+        # Changelog mode: a lineage starts with a checkpoint, then takes one every
+        # snapshot_interval versions (a restore replays at most snapshot_interval - 1 logs).
+        full = (not self._changelog_mode or copy.state.manifest is None
                 or len(copy.state.changelog) + 1 >= self._options.snapshot_interval)
         if full:
             if self._log is not None:
@@ -653,9 +655,8 @@ class RocksDBStatePartition(StatePartition):
         marked clean), upload this version's write log, keep the checkpoint files as they
         are. Same return shape as ``_upload_checkpoint``."""
         if self._base_files is None:
-            base = copy.state.manifest
-            self._base_files = (() if base is None
-                                else read_manifest(self._fs, self._root, base).files)
+            assert copy.state.manifest is not None  # a lineage starts with a checkpoint
+            self._base_files = read_manifest(self._fs, self._root, copy.state.manifest).files
         if self._log is None:  # no write at all this version: an empty log keeps the chain
             self._log = ChangelogWriter(os.path.join(copy.dir,
                                                      f"changelog-{uuid.uuid4().hex}.log"))

@@ -49,11 +49,11 @@ def test_changelog_versions_restore_exactly_and_upload_only_what_changed(
         metrics.append(part.commit(version))
         states.append(dict(expected))
     part.close()
-    # Interval 3: versions 2 and 5 are full checkpoints, the others upload only their log.
-    assert [m.changelog for m in metrics] == [True, True, False, True, True, False, True]
+    # A lineage starts with a checkpoint; then one every 3 versions, logs in between.
+    assert [m.changelog for m in metrics] == [False, True, True, False, True, True, False]
     chains = [len(store.read_manifest(0, v).changelog) for v in range(7)]
-    assert chains == [1, 2, 0, 1, 2, 0, 1]
-    for m in metrics[3:5] + metrics[6:]:
+    assert chains == [0, 1, 2, 0, 1, 2, 0]
+    for m in metrics[1:3] + metrics[4:6]:
         # 50 rewritten values + a delete + 2 puts + key counts: a few KB, not the whole state.
         assert m.files_uploaded == 1 and m.bytes_uploaded < 8_000 < m.bytes_total, m
     for version in range(7):
@@ -72,7 +72,7 @@ def test_changelog_chain_continues_after_restore_and_replays_a_crashed_batch(
         write_version(part, 0, expected)
         part.commit(0)
     at_0 = dict(expected)
-    # Machine b continues the chain from version 0 (restored: checkpoint + 1 changelog).
+    # Machine b restores version 0 (a checkpoint) and continues the lineage with a log.
     with make_store("b", **CHANGELOG).open(0, 0) as part:
         write_version(part, 1, expected)
         assert part.commit(1).changelog
@@ -86,27 +86,28 @@ def test_changelog_chain_continues_after_restore_and_replays_a_crashed_batch(
         assert not [n for n in os.listdir(b.local_copy_dir(0)) if n.startswith("changelog-")]
     with make_store("c", **CHANGELOG).open(0, 0) as part:
         assert state_of(part) == at_0
-    assert len(make_store("d").read_manifest(0, 1).changelog) == 2
+    assert len(make_store("d").read_manifest(0, 1).changelog) == 1
 
 
 def test_corrupt_changelog_is_refused_and_retention_keeps_the_chain(make_store: Factory) -> None:
     store = make_store("writer", **CHANGELOG)
     expected: dict[str, object] = {}
     with store.open(0, EMPTY_VERSION) as part:
-        for version in range(5):
+        for version in range(6):
             write_version(part, version, expected)
             part.commit(version)
-    # Version 4 = checkpoint of version 2 + logs of 3 and 4: retention must keep all of them.
+    # Version 5 = checkpoint of version 3 + logs of 4 and 5: retention must keep all of them.
     deleted = store.cleanup(0, keep_last=1)
-    assert deleted["versions"] == 4 and deleted["files"] >= 1
-    with make_store("after-cleanup").open(0, 4) as part:
+    assert deleted["versions"] == 5 and deleted["files"] >= 1
+    assert len(store.read_manifest(0, 5).changelog) == 2
+    with make_store("after-cleanup").open(0, 5) as part:
         assert state_of(part) == expected
     fs, root = store.filesystem()
-    log = store.read_manifest(0, 4).changelog[-1]
+    log = store.read_manifest(0, 5).changelog[-1]
     original = fs.cat_file(f"{root}/{log.remote}")
     fs.pipe_file(f"{root}/{log.remote}", original[:-3] + b"xyz")
     with pytest.raises(CorruptStateError, match="corrupt: expected") as info:
-        make_store("fresh").open(0, 4)
+        make_store("fresh").open(0, 5)
     assert log.remote in str(info.value)
 
 
