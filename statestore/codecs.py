@@ -7,6 +7,7 @@ that never saw the writer's code (``spark.read.format("rocksstate")``) decode va
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import pickle
 from collections.abc import Mapping
@@ -25,6 +26,10 @@ class PickleCodec:
 
     def __init__(self, protocol: int = 5) -> None:
         self.protocol = protocol
+        # C callables in place of the methods below: no Python frame per value, which was
+        # most of the store's per-call overhead over plain rocksdict (put 0.89x -> ~0.99x).
+        self.encode = functools.partial(pickle.dumps, protocol=protocol)  # type: ignore[method-assign]
+        self.decode = pickle.loads  # type: ignore[method-assign]
 
     def encode(self, value: Any) -> bytes:
         return pickle.dumps(value, protocol=self.protocol)

@@ -19,6 +19,7 @@ import struct
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 import rocksdict
@@ -393,35 +394,40 @@ class RocksDBStatePartition(StatePartition):
         if ttl_ms is not None:
             self._put_many_ttl(s, items, ttl_ms, now_ms)
             return
-        # Hot path: one pass, straight into the WriteBatch; the batch is applied in chunks of
-        # _CHUNK, and exact counting looks the chunk's keys up just before applying it.
-        encode, handle, exact = s.encode, s.handle, s.known is not None
-        log = None if self._log is None else self._log.put
-        name = s.name
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        put = batch.put
-        keys: list[bytes] = []
-        remember = keys.append
-        written = n = 0
-        for key, value in items:
-            k = key if type(key) is bytes else encode_key(key)
-            stored = _NO_TTL + encode(value)
-            put(k, stored, handle)
-            written += len(k) + len(stored)
-            n += 1
-            if log is not None:
-                log(name, k, stored)
-            if exact:
-                remember(k)
-            if n == _CHUNK:
-                self._apply(s, batch, keys, n, written)
-                batch = rocksdict.WriteBatch(raw_mode=True)
-                put = batch.put
-                keys = []
+        # Hot path: one pass, straight into the WriteBatch, applied in chunks of _CHUNK
+        # (islice: no per-item chunk test). Exact counting looks a chunk's keys up just before
+        # applying it; changelog mode also logs each put. Plain writes get the leanest loop.
+        encode, handle = s.encode, s.handle
+        exact, log = s.known is not None, self._log
+        source = iter(items)
+        while True:
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            put = batch.put
+            keys: list[bytes] = []
+            written = 0
+            if not exact and log is None:
+                for key, value in islice(source, _CHUNK):
+                    k = key if type(key) is bytes else encode_key(key)
+                    stored = _NO_TTL + encode(value)
+                    put(k, stored, handle)
+                    written += len(k) + len(stored)
+            else:
                 remember = keys.append
-                written = n = 0
-        if n:
-            self._apply(s, batch, keys, n, written)
+                log_put, name = (None, s.name) if log is None else (log.put, s.name)
+                for key, value in islice(source, _CHUNK):
+                    k = key if type(key) is bytes else encode_key(key)
+                    stored = _NO_TTL + encode(value)
+                    put(k, stored, handle)
+                    written += len(k) + len(stored)
+                    if log_put is not None:
+                        log_put(name, k, stored)
+                    if exact:
+                        remember(k)
+            n = batch.len()
+            if n:
+                self._apply(s, batch, keys, n, written)
+            if n < _CHUNK:
+                return
 
     def _put_many_ttl(self, s: _Space, items: Iterable[tuple[Key, Any]], ttl_ms: int,
                       now_ms: int | None) -> None:
