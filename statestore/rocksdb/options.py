@@ -7,16 +7,44 @@ Index and filters are partitioned, so even huge SSTs cache in small blocks.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
+import sys
 from typing import Any
 
 import rocksdict
 
 from statestore.options import StateStoreOptions
 
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameters (malloc.h)
+_M_ARENA_MAX = -8
+
+
+def _tune_glibc_malloc() -> None:
+    """One malloc arena and a fixed 128 KiB mmap threshold for this process (glibc only).
+
+    With glibc's defaults RSS overshot the memory bound by ~17% (peak RSS 446 MiB above the
+    interpreter against a 384 MiB bound at 100M keys): RocksDB's flush/compaction threads each
+    get their own arena whose freed memory the reading thread's block cache cannot reuse, and
+    once a freed memtable arena block raises glibc's dynamic mmap threshold, later 2-8 MiB
+    memtable blocks come from the heap and stay resident after the memtable is freed.
+    Must run before RocksDB starts its threads; explicit MALLOC_* / GLIBC_TUNABLES win."""
+    if not sys.platform.startswith("linux") or os.environ.get("GLIBC_TUNABLES"):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    if "MALLOC_ARENA_MAX" not in os.environ:
+        mallopt(_M_ARENA_MAX, 1)
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        mallopt(_M_MMAP_THRESHOLD, 128 << 10)
+
 
 @functools.lru_cache(maxsize=8)
 def _shared(block_cache_bytes: int, memtable_budget_bytes: int) -> tuple[Any, Any]:
+    _tune_glibc_malloc()
     cache = rocksdict.Cache(block_cache_bytes)
     manager = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
         memtable_budget_bytes, False, cache)
