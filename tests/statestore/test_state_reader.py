@@ -33,11 +33,14 @@ def _reader(spark: Any, store: StateStore, **options: Any) -> Any:
     return reader.load()
 
 
+@pytest.mark.parametrize("changelog", [False, True], ids=["checkpoints", "changelog"])
 def test_reads_committed_versions_as_dataframe(rocksstate: Any, s3: Any, s3_url: str,
-                                                tmp_path: Path) -> None:
+                                                tmp_path: Path, changelog: bool) -> None:
+    # changelog: version 1 is version 0's checkpoint plus a write log the executor replays.
     location = StateLocation(s3_url, s3.storage_options)
     store = StateStore(location, StateStoreOptions(
-        local_dir=str(tmp_path / "local"), space_codecs={"orders": SchemaCodec(ORDER_SCHEMA)}))
+        local_dir=str(tmp_path / "local"), space_codecs={"orders": SchemaCodec(ORDER_SCHEMA)},
+        changelog=changelog))
     for p in (0, 1):
         with store.open(p, EMPTY_VERSION) as part:
             part.put_many((f"p{p}-k{i:03d}", {"i": i, "p": p}) for i in range(200))
@@ -48,6 +51,7 @@ def test_reads_committed_versions_as_dataframe(rocksstate: Any, s3: Any, s3_url:
             part.put(f"p{p}-new", {"i": -1, "p": p})
             part.commit(1)
 
+    assert len(store.read_manifest(0, 1).changelog) == int(changelog)
     latest = _reader(rocksstate, store)
     rows = latest.where("space = 'default'").collect()
     assert len(rows) == 2 * 200  # 200 - 1 deleted + 1 new per partition
