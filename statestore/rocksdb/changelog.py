@@ -118,32 +118,7 @@ def replay(db: rocksdict.Rdict, path: str,
             size = len(data)
             while pos + 3 <= size:
                 op, sid = head_at(data, pos)
-                if op == PUT:
-                    if pos + 11 > size:
-                        break
-                    _, _, klen, vlen = put_at(data, pos)
-                    key_at = pos + 11
-                    end = key_at + klen + vlen
-                    if end > size:
-                        break
-                    cf = handles.get(sid)
-                    if cf is None:
-                        raise CorruptStateError(f"state changelog {path}: record of undefined "
-                                                f"space {sid} after {applied} records")
-                    batch.put(data[key_at:key_at + klen], data[key_at + klen:end], cf)
-                elif op == DELETE:
-                    if pos + 7 > size:
-                        break
-                    _, _, klen = del_at(data, pos)
-                    end = pos + 7 + klen
-                    if end > size:
-                        break
-                    cf = handles.get(sid)
-                    if cf is None:
-                        raise CorruptStateError(f"state changelog {path}: record of undefined "
-                                                f"space {sid} after {applied} records")
-                    batch.delete(data[pos + 7:end], cf)
-                elif op == SPACE:
+                if op == SPACE:
                     if pos + 5 > size:
                         break
                     (length,) = u16_at(data, pos + 3)
@@ -153,9 +128,31 @@ def replay(db: rocksdict.Rdict, path: str,
                     handles[sid] = family(data[pos + 5:end].decode())[0]
                     pos = end
                     continue
+                if op == PUT:
+                    if pos + 11 > size:
+                        break
+                    _, _, klen, vlen = put_at(data, pos)
+                    key_at = pos + 11
+                    end = key_at + klen + vlen
+                elif op == DELETE:
+                    if pos + 7 > size:
+                        break
+                    _, _, klen = del_at(data, pos)
+                    key_at = pos + 7
+                    end = key_at + klen
                 else:
                     raise CorruptStateError(f"state changelog {path}: unknown record type {op} "
                                             f"after {applied} records")
+                if end > size:
+                    break
+                cf = handles.get(sid)
+                if cf is None:
+                    raise CorruptStateError(f"state changelog {path}: record of undefined "
+                                            f"space {sid} after {applied} records")
+                if op == PUT:
+                    batch.put(data[key_at:key_at + klen], data[key_at + klen:end], cf)
+                else:
+                    batch.delete(data[key_at:end], cf)
                 pos = end
                 applied += 1
                 pending += 1

@@ -118,3 +118,31 @@ def test_changelog_options_are_validated() -> None:
         StateStoreOptions(changelog="yes")  # type: ignore[arg-type]
     parsed = StateStoreOptions.from_strings({"Changelog": "true", "snapshot_interval": "4"})
     assert parsed.changelog and parsed.snapshot_interval == 4
+
+
+def test_damaged_write_logs_are_refused_by_replay(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Replay's own checks (behind the checksum): a cut record, a foreign file."""
+    import pyarrow as pa
+    import rocksdict
+
+    from statestore.rocksdb.changelog import ChangelogWriter, replay
+
+    log = ChangelogWriter(str(tmp_path / "v1.log"))
+    for i in range(1000):
+        log.put("default", b"k%04d" % i, b"\x00value-%d" % i)
+    log.delete("default", b"k0001")
+    log.close()
+    db = rocksdict.Rdict(str(tmp_path / "db"), rocksdict.Options(raw_mode=True))
+    family = lambda name: (db.get_column_family_handle(name), db)  # noqa: E731
+    assert replay(db, log.path, family) == 1001
+    assert db[b"k0999"] == b"\x00value-999" and db.get(b"k0001") is None
+    with pa.input_stream(log.path, compression="zstd") as stream:
+        content = stream.read()
+    with pa.output_stream(str(tmp_path / "cut.log"), compression="zstd") as out:
+        out.write(content[:-3])
+    with pytest.raises(CorruptStateError, match="truncated"):
+        replay(db, str(tmp_path / "cut.log"), family)
+    (tmp_path / "foreign.log").write_bytes(b"not a write log at all")
+    with pytest.raises(CorruptStateError, match="cannot be decompressed|does not start"):
+        replay(db, str(tmp_path / "foreign.log"), family)
+    db.close()
