@@ -38,7 +38,7 @@ _SOURCE_OPTIONS = {
         "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
         "kafkaConsumer.pollTimeoutMs",
         "topicDiscoveryIntervalMs", "commitOffsetsToGroup", "brokerTimeoutMs",
-        "arrowBatchMaxRecords", "arrowBatchMaxBytes",
+        "arrowBatchMaxRecords", "arrowBatchMaxBytes", "emit",
     )
 }
 
@@ -108,6 +108,9 @@ class OrderedKafkaOptions:
     broker_timeout_ms: int = 120_000
     arrow_batch_max_records: int = 10_000
     arrow_batch_max_bytes: int = 16 * 1024 * 1024
+    emit: Literal["records", "ranges"] = "records"
+    """``ranges``: each row is one task's offset range, read later by the consumer of the
+    DataFrame in its own Python worker (``OrderedStateful``), with no JVM hop per record."""
 
     @property
     def read_committed(self) -> bool:
@@ -374,6 +377,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> OrderedKafk
     kafka_params = _kafka_params(opts)
     group_prefix = str(opts.get("groupidprefix", "spark-kafka-source"))
     group_id = kafka_params.pop("group.id", None) or f"{group_prefix}-{uuid.uuid4()}"
+    emit = str(opts.get("emit", "records")).strip().lower()
+    if emit not in ("records", "ranges"):
+        raise _bad("emit", opts.get("emit"), "'records' (Kafka rows) or 'ranges' (one row per "
+                   "task's offset range, for OrderedStateful)")
     commit_group = opts.get("commitoffsetstogroup")
     if commit_group is not None and not str(commit_group).strip():
         raise _bad("commitOffsetsToGroup", commit_group, "a non-empty consumer group id")
@@ -395,4 +402,5 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> OrderedKafk
         broker_timeout_ms=_int(opts, "brokerTimeoutMs") or 120_000,
         arrow_batch_max_records=_int(opts, "arrowBatchMaxRecords") or 10_000,
         arrow_batch_max_bytes=_int(opts, "arrowBatchMaxBytes") or 16 * 1024 * 1024,
+        emit=emit,  # type: ignore[arg-type]
     )

@@ -59,6 +59,7 @@ from python_datasource.planning import (
     plan_ranges,
     rate_limit,
 )
+from python_datasource.ranges import describe, range_schema
 from python_datasource.reader import read_range
 
 log = logging.getLogger(__name__)
@@ -255,7 +256,7 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: Arrow batches of one range, in offset order (static and stateless)."""
         assert isinstance(partition, KafkaInputPartition)
-        return read_range(partition.range, self.options)
+        return _read(partition.range, self.options)
 
 
 class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
@@ -290,7 +291,14 @@ class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: Arrow batches of one range, in offset order."""
         assert isinstance(partition, KafkaInputPartition)
-        return read_range(partition.range, self.options)
+        return _read(partition.range, self.options)
+
+
+def _read(rng: OffsetRange, options: OrderedKafkaOptions) -> Iterator[pa.RecordBatch]:
+    """The range's records, or (``emit = ranges``) the one row describing the range."""
+    if options.emit == "ranges":
+        return iter([describe(rng, options)])
+    return read_range(rng, options)
 
 
 class OrderedKafkaDataSource(DataSource):
@@ -307,6 +315,9 @@ class OrderedKafkaDataSource(DataSource):
         if include not in ("true", "false"):
             raise OptionError(f"option 'includeHeaders' = {include!r} is invalid: accepted "
                               "'true' or 'false'")
+        emit = str(self.options.get("emit", "records")).strip().lower()
+        if emit == "ranges":
+            return range_schema()
         return kafka_schema(include == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -19,6 +19,8 @@ from typing import Any
 from orderedstream.errors import CorruptStateError
 
 FORMAT = 1
+CHANGELOG_FORMAT = 2
+"""Manifests with a changelog chain: readers that predate it refuse them by format number."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,9 @@ class Manifest:
     def from_json(cls, raw: bytes, path: str = "<manifest>") -> Manifest:
         try:
             data = json.loads(raw)
-            if data.get("format") != FORMAT:
+            if data.get("format") not in (FORMAT, CHANGELOG_FORMAT):
                 raise ValueError(f"unsupported manifest format {data.get('format')!r} "
-                                 f"(this reader knows {FORMAT})")
+                                 f"(this reader knows {FORMAT} and {CHANGELOG_FORMAT})")
             data["files"] = tuple(FileEntry(**f) for f in data["files"])
             data["changelog"] = tuple(FileEntry(**f) for f in data.get("changelog", ()))
             return cls(**data)

@@ -47,6 +47,7 @@ from orderedstream.errors import (
     OrderViolationError,
     StateNotFoundError,
 )
+from python_datasource.ranges import is_range_columns
 from sinks.commitlog import CommitLog, CommitRecord, Epoch
 from sinks.options import FencedParquetOptions
 from sinks.schema import encode_schema, spark_to_arrow
@@ -321,13 +322,15 @@ class OrderedStateful:
             self._epoch = self.log.claim_epoch(f"{self.options.query_name}-{uuid.uuid4().hex[:8]}")
         else:
             self.log.check_epoch(self._epoch)
-        self.options.check_input(list(batch_df.columns))
+        ranges = is_range_columns(batch_df.columns)  # orderedkafka emit=ranges: tasks read
+        if not ranges:
+            self.options.check_input(list(batch_df.columns))
         bases = self._bases_before(batch_id)
         now_ms = int(time.time() * 1000)
         plan = BatchPlan(batch_id=batch_id, processing_time_ms=now_ms, bases=bases)
         task = OrderedTask(self.options, self.func, plan, self.sink)
         frame = batch_df
-        if self.options.columns is not None:
+        if self.options.columns is not None and not ranges:
             frame = batch_df.select(*self.options.required_columns())
         frame, placed = self.placement.prefer(frame, batch_id)
         rows = frame.mapInArrow(task, _commit_ddl()).collect()

@@ -19,6 +19,7 @@ rows before they go to the writer. Nothing scales with the partition's size in m
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orderedstream.errors import OrderViolationError, SchemaMismatchError
+from python_datasource.ranges import described, is_range_columns, read_described
 from sinks.options import FencedParquetOptions
 from sinks.writer import task_attempt_id, write_parquet_files
 from statestore.base import EMPTY_VERSION
@@ -276,6 +278,14 @@ class OrderedTask:
         self.sink = sink
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = iter(batches)
+        first = next(batches, None)
+        if first is None:
+            return
+        batches = itertools.chain([first], batches)
+        if is_range_columns(first.schema.names):
+            yield from self._read_ranges(batches)
+            return
         runs = _Runs(batches)
         done: set[str] = set()
         while (pid := runs.peek()) is not None:
@@ -286,6 +296,32 @@ class OrderedTask:
             done.add(pid)
             commit = self.run_partition(pid, runs.take(pid))
             yield pa.RecordBatch.from_pylist([{"commit": commit.to_json()}], schema=COMMIT_SCHEMA)
+
+    def _read_ranges(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``orderedkafka`` with ``emit = ranges``: read each described range here, in this
+        worker, and process it like the records mode would have delivered them."""
+        done: set[str] = set()
+        wanted = None if self.options.columns is None else self.options.required_columns()
+        for batch in batches:
+            for rng, reader_options in described(batch):
+                pid = partition_id(rng.topic, rng.partition)
+                if pid in done:
+                    raise OrderViolationError(
+                        f"Kafka {pid} appears twice in one task of batch {self.plan.batch_id}: "
+                        "its range was split (orderedkafka minPartitions / "
+                        "maxRecordsPerPartition) or the ranges were repartitioned")
+                records = read_described(rng, reader_options)
+                head = next(records, None)
+                if head is None:  # nothing to read: no rows, as in records mode
+                    continue
+                done.add(pid)
+                self.options.check_input(head.schema.names)
+                slices = itertools.chain([head], records)
+                if wanted is not None:
+                    slices = (b.select(wanted) for b in slices)
+                commit = self.run_partition(pid, slices)
+                yield pa.RecordBatch.from_pylist([{"commit": commit.to_json()}],
+                                                 schema=COMMIT_SCHEMA)
 
     def run_timeouts_only(self, pid: str) -> PartitionCommit:
         """A partition without records in this batch whose timeouts are due."""

@@ -34,6 +34,7 @@ _DEL = struct.Struct(">BHI")
 _U16 = struct.Struct(">H")
 _BUFFER = 1 << 20
 _REPLAY_CHUNK = 10_000
+_REPLAY_BYTES = 32 << 20
 
 
 class ChangelogWriter:
@@ -66,16 +67,23 @@ class ChangelogWriter:
         buf += stored
         self.records += 1
         if len(buf) >= _BUFFER:
-            self._out.write(buf)
-            buf.clear()
+            self._spill()
 
     def delete(self, space: str, key: bytes) -> None:
         sid = self._ids.get(space)
         if sid is None:
             sid = self.space_id(space)
-        self._buf += _DEL.pack(DELETE, sid, len(key))
-        self._buf += key
+        buf = self._buf
+        buf += _DEL.pack(DELETE, sid, len(key))
+        buf += key
         self.records += 1
+        if len(buf) >= _BUFFER:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Hand the buffered records to the compressor (bounds the log's memory)."""
+        self._out.write(self._buf)
+        self._buf.clear()
 
     def close(self) -> int:
         """Finish the compressed stream and fsync it; returns the file size."""
@@ -103,7 +111,7 @@ def replay(db: rocksdict.Rdict, path: str,
     ``family(name)`` returns ``(column family handle, column family)`` for a space, creating
     the family when the DB lacks it. Reads 1 MiB of decompressed bytes at a time and parses
     every whole record in it (a record larger than that is read across chunks)."""
-    applied = pending = 0
+    applied = pending = pending_bytes = 0
     handles: dict[int, Any] = {}
     batch = rocksdict.WriteBatch(raw_mode=True)
     head_at, put_at, del_at, u16_at = (_HEAD.unpack_from, _PUT.unpack_from, _DEL.unpack_from,
@@ -153,13 +161,14 @@ def replay(db: rocksdict.Rdict, path: str,
                     batch.put(data[key_at:key_at + klen], data[key_at + klen:end], cf)
                 else:
                     batch.delete(data[key_at:end], cf)
+                pending_bytes += end - pos
                 pos = end
                 applied += 1
                 pending += 1
-                if pending >= _REPLAY_CHUNK:
+                if pending >= _REPLAY_CHUNK or pending_bytes >= _REPLAY_BYTES:
                     db.write(batch)
                     batch = rocksdict.WriteBatch(raw_mode=True)
-                    pending = 0
+                    pending = pending_bytes = 0
             more = stream.read(_BUFFER)
             if not more:
                 if pos != size:

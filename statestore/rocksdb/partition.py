@@ -36,7 +36,14 @@ from statestore.base import (
     Key,
     StatePartition,
 )
-from statestore.manifest import FileEntry, Manifest, read_manifest, writer_identity
+from statestore.manifest import (
+    CHANGELOG_FORMAT,
+    FORMAT,
+    FileEntry,
+    Manifest,
+    read_manifest,
+    writer_identity,
+)
 from statestore.options import StateLocation, StateStoreOptions
 from statestore.restore import cache_name
 from statestore.rocksdb.changelog import ChangelogWriter
@@ -413,19 +420,25 @@ class RocksDBStatePartition(StatePartition):
                     written += len(k) + len(stored)
             else:
                 remember = keys.append
-                log_put, name = (None, s.name) if log is None else (log.put, s.name)
+                # Logged only once the chunk is in the DB: an item that raises mid-chunk
+                # leaves neither the DB nor the log with the chunk's earlier items.
+                logged: list[tuple[bytes, bytes]] = []
+                keep = None if log is None else logged.append
                 for key, value in islice(source, _CHUNK):
                     k = key if type(key) is bytes else encode_key(key)
                     stored = _NO_TTL + encode(value)
                     put(k, stored, handle)
                     written += len(k) + len(stored)
-                    if log_put is not None:
-                        log_put(name, k, stored)
+                    if keep is not None:
+                        keep((k, stored))
                     if exact:
                         remember(k)
             n = batch.len()
             if n:
                 self._apply(s, batch, keys, n, written)
+                if log is not None:
+                    for k, stored in logged:
+                        log.put(s.name, k, stored)
             if n < _CHUNK:
                 return
 
@@ -446,18 +459,21 @@ class RocksDBStatePartition(StatePartition):
                    ttl_ms: int, now_ms: int | None) -> None:
         batch = rocksdict.WriteBatch(raw_mode=True)
         written = 0
-        log = self._log
+        logged: list[tuple[bytes, bytes, bytes]] = []
         for k, value in chunk:
             stored, expires = self._frame(s, value, ttl_ms, now_ms)
             entry = ttl_mod.index_key(expires, s.name, k)  # type: ignore[arg-type]
             batch.put(k, stored, s.handle)
             batch.put(entry, b"", ttl_s.handle)
-            if log is not None:
-                log.put(s.name, k, stored)
-                log.put(TTL_CF, entry, b"")
+            if self._log is not None:
+                logged.append((k, stored, entry))
             written += len(k) + len(stored)
         keys = [k for k, _ in chunk] if s.known is not None else []
         self._apply(s, batch, keys, len(chunk), written)
+        if self._log is not None:  # logged once in the DB, like put_many
+            for k, stored, entry in logged:
+                self._log.put(s.name, k, stored)
+                self._log.put(TTL_CF, entry, b"")
 
     def _apply(self, s: _Space, batch: rocksdict.WriteBatch, keys: list[bytes], n: int,
                written: int) -> None:
@@ -496,9 +512,9 @@ class RocksDBStatePartition(StatePartition):
             if s is None:
                 return
         k = key if type(key) is bytes else encode_key(key)
-        if self._log is not None:
-            self._log.delete(space, k)
         known = s.known
+        if self._log is not None:
+            self._log.delete(space, k)  # a delete cannot fail for a valid key
         if known is None:
             s.cf.delete(k)
         else:
@@ -599,6 +615,7 @@ class RocksDBStatePartition(StatePartition):
             manifest = Manifest(
                 partition=self.partition, version=version, parent_version=self.base_version,
                 parent_manifest=copy.state.manifest, files=files, changelog=chain,
+                format=CHANGELOG_FORMAT if chain else FORMAT,
                 num_keys=num_keys,
                 key_counts={s: self._counts.get(s, 0) for s in self.spaces()},
                 spaces={s: self._codec(s).spec() for s in self.spaces()},
@@ -624,7 +641,7 @@ class RocksDBStatePartition(StatePartition):
         metrics = CommitMetrics(
             partition=self.partition, version=version, num_keys=num_keys, puts=self._puts,
             deletes=self._deletes, bytes_written=self._bytes_written,
-            files_total=len(manifest.remote_entries()), files_uploaded=result.files_uploaded,
+            files_total=len(files) + len(chain), files_uploaded=result.files_uploaded,
             files_reused=result.files_reused, bytes_uploaded=result.bytes_uploaded,
             bytes_total=manifest.total_bytes, checkpoint_seconds=ckpt_s - started,
             upload_seconds=uploaded - ckpt_s,

@@ -53,6 +53,8 @@ def test_changelog_versions_restore_exactly_and_upload_only_what_changed(
     assert [m.changelog for m in metrics] == [False, True, True, False, True, True, False]
     chains = [len(store.read_manifest(0, v).changelog) for v in range(7)]
     assert chains == [0, 1, 2, 0, 1, 2, 0]
+    # Older readers refuse chained manifests by format number, not as garbage.
+    assert [store.read_manifest(0, v).format for v in range(3)] == [1, 2, 2]
     for m in metrics[1:3] + metrics[4:6]:
         # 50 rewritten values + a delete + 2 puts + key counts: a few KB, not the whole state.
         assert m.files_uploaded == 1 and m.bytes_uploaded < 8_000 < m.bytes_total, m
@@ -87,6 +89,29 @@ def test_changelog_chain_continues_after_restore_and_replays_a_crashed_batch(
     with make_store("c", **CHANGELOG).open(0, 0) as part:
         assert state_of(part) == at_0
     assert len(make_store("d").read_manifest(0, 1).changelog) == 1
+
+
+def test_a_failed_put_many_leaves_the_log_like_the_db(make_store: Factory) -> None:
+    """Items of a chunk that never reached the DB (an item raised) must not reach the log."""
+    with make_store("a", **CHANGELOG).open(0, EMPTY_VERSION) as part:
+        part.put("a", 1)
+        part.commit(0)
+
+        def items():  # type: ignore[no-untyped-def]
+            yield "x", 1
+            yield "y", 2
+            raise RuntimeError("source failed")
+
+        with pytest.raises(RuntimeError):
+            part.put_many(items())
+        with pytest.raises(TypeError):
+            part.put_many([("z", 3), (42, 4)], ttl_ms=60_000)  # a bad key mid-chunk
+        part.put_many([("b", 2)])
+        assert part.commit(1).changelog
+        live = state_of(part)
+    with make_store("b", **CHANGELOG).open(0, 1) as restored:
+        assert state_of(restored) == live == {"a": 1, "b": 2}
+        assert restored.num_keys() == 2
 
 
 def test_corrupt_changelog_is_refused_and_retention_keeps_the_chain(make_store: Factory) -> None:

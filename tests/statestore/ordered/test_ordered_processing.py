@@ -219,10 +219,12 @@ def test_replay_after_a_crash_commits_output_and_state_exactly_once(spark, kafka
         assert set(chains.values()) == {True}, chains  # batch 1: a log
 
 
+@pytest.mark.parametrize("emit", ["records", "ranges"])
 def test_streaming_query_on_orderedkafka_with_a_restart(spark, kafka, topic, s3, s3_url,
-                                                        tmp_path) -> None:
+                                                        tmp_path, emit) -> None:
     """End to end: readStream.format("orderedkafka") -> foreachBatch(process_batch), several
-    micro-batches, the query stopped and started again from its checkpoint."""
+    micro-batches, the query stopped and started again from its checkpoint. ``emit=ranges``:
+    the source yields one row per range and the ordered tasks read Kafka themselves."""
     from python_datasource import OrderedKafkaDataSource
 
     spark.dataSource.register(OrderedKafkaDataSource)
@@ -233,11 +235,15 @@ def test_streaming_query_on_orderedkafka_with_a_restart(spark, kafka, topic, s3,
     assert kafka.produce(name, records[:half]) == half
 
     def run_query() -> OrderedStateful:
-        proc = _processor(s3, s3_url, check_order, ORDER_SCHEMA, tmp_path)
+        # ranges: also the column projection the tasks do themselves.
+        columns = {"columns": ("value", "partition", "offset")} if emit == "ranges" else {}
+        proc = _processor(s3, s3_url, check_order, ORDER_SCHEMA, tmp_path, **columns)
         frame = (spark.readStream.format("orderedkafka")
                  .option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", name)
                  .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "1000")
-                 .load())
+                 .option("emit", emit).load())
+        if emit == "ranges":
+            assert frame.columns == ["topic", "partition", "startOffset", "endOffset", "reader"]
         query = (frame.writeStream.foreachBatch(proc.process_batch)
                  .option("checkpointLocation", str(tmp_path / "checkpoint"))
                  .trigger(availableNow=True).start())

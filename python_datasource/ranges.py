@@ -1,0 +1,59 @@
+"""``emit = ranges``: rows describing a batch's offset ranges instead of holding its records.
+
+With ``.option("emit", "ranges")`` the ``orderedkafka`` source yields one row per task: the
+topic, partition and ``[startOffset, endOffset)`` of its range plus the reader's options
+(pickled). Nothing is read from Kafka until the DataFrame's consumer reads the range itself
+(``read_described``), in its own Python worker. ``OrderedStateful`` does that, which skips
+the source worker -> JVM rows -> Arrow -> ``mapInArrow`` worker hop of every record. Offsets
+are still planned, logged and committed by Spark exactly as in the default ``records`` mode.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from python_datasource.options import OrderedKafkaOptions
+from python_datasource.planning import OffsetRange
+from python_datasource.reader import read_range
+
+RANGE_COLUMNS = ("topic", "partition", "startOffset", "endOffset", "reader")
+RANGE_ARROW_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                                ("startOffset", pa.int64()), ("endOffset", pa.int64()),
+                                ("reader", pa.binary())])
+
+
+def range_schema() -> StructType:
+    """The Spark schema of ``emit = ranges`` rows."""
+    return StructType([StructField("topic", StringType()), StructField("partition", IntegerType()),
+                       StructField("startOffset", LongType()), StructField("endOffset", LongType()),
+                       StructField("reader", BinaryType())])
+
+
+def is_range_columns(columns: Sequence[str]) -> bool:
+    """Whether a DataFrame's or batch's columns are those of ``emit = ranges`` rows."""
+    return tuple(columns) == RANGE_COLUMNS
+
+
+def describe(rng: OffsetRange, options: OrderedKafkaOptions) -> pa.RecordBatch:
+    """The one-row batch describing ``rng`` (what the source yields instead of its records)."""
+    return pa.RecordBatch.from_arrays(
+        [pa.array([rng.topic]), pa.array([rng.partition], pa.int32()),
+         pa.array([rng.start], pa.int64()), pa.array([rng.end], pa.int64()),
+         pa.array([pickle.dumps((rng, options))], pa.binary())], schema=RANGE_ARROW_SCHEMA)
+
+
+def described(batch: pa.RecordBatch) -> Iterator[tuple[OffsetRange, OrderedKafkaOptions]]:
+    """The ranges (and reader options) a batch of ``emit = ranges`` rows describes."""
+    for raw in batch.column("reader").to_pylist():
+        rng, options = pickle.loads(raw)
+        yield rng, options
+
+
+def read_described(rng: OffsetRange, options: OrderedKafkaOptions) -> Iterator[pa.RecordBatch]:
+    """The records of a described range: the same batches, checks and errors as ``records``
+    mode (``python_datasource.reader.read_range``)."""
+    return read_range(rng, options)
