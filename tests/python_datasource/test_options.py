@@ -66,6 +66,7 @@ def test_kafka_passthrough_translates_java_security_settings() -> None:
     ({"subscribe": "a", "kafka.isolation.level": "dirty"}, "read_committed"),
     ({"subscribe": "a", "maxRecordsPerPartition": "10"}, "integrity 'none'"),
     ({"subscribe": "a", "bogus": "1"}, "unknown option 'bogus'.*accepted are.*subscribePattern"),
+    ({"subscribe": "a", "emit": "rows"}, "emit.*'records'.*'ranges'"),
 ])
 def test_bad_options_are_named_with_what_is_accepted(options: dict, message: str) -> None:
     with pytest.raises(OptionError, match=message):
