@@ -46,7 +46,6 @@ class ChangelogWriter:
         self._out: Any = pa.output_stream(path, compression=COMPRESSION)
         self._buf = bytearray(MAGIC)
         self._ids: dict[str, int] = {}
-        self.records = 0
 
     def space_id(self, space: str) -> int:
         """The id of ``space`` in this file, defining it on first use."""
@@ -65,7 +64,6 @@ class ChangelogWriter:
         buf += _PUT.pack(PUT, sid, len(key), len(stored))
         buf += key
         buf += stored
-        self.records += 1
         if len(buf) >= _BUFFER:
             self._spill()
 
@@ -76,7 +74,6 @@ class ChangelogWriter:
         buf = self._buf
         buf += _DEL.pack(DELETE, sid, len(key))
         buf += key
-        self.records += 1
         if len(buf) >= _BUFFER:
             self._spill()
 

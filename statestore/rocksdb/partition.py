@@ -244,9 +244,14 @@ class RocksDBStatePartition(StatePartition):
             copy.save()
         if self._changelog_mode and self._log is None:
             assert copy is not None
-            self._log = ChangelogWriter(os.path.join(copy.dir,
-                                                     f"changelog-{uuid.uuid4().hex}.log"))
+            self._log = self._new_log(copy)
         self._write_ok = True
+
+    @staticmethod
+    def _new_log(copy: LocalCopy) -> ChangelogWriter:
+        """A write log for the version being written, in the local copy's directory (logs of
+        versions that never commit are removed by ``LocalCopy.remove_stale``)."""
+        return ChangelogWriter(os.path.join(copy.dir, f"changelog-{uuid.uuid4().hex}.log"))
 
     def _readable(self) -> None:
         if self._status is Status.CLOSED:
@@ -681,8 +686,7 @@ class RocksDBStatePartition(StatePartition):
             assert copy.state.manifest is not None  # a lineage starts with a checkpoint
             self._base_files = read_manifest(self._fs, self._root, copy.state.manifest).files
         if self._log is None:  # no write at all this version: an empty log keeps the chain
-            self._log = ChangelogWriter(os.path.join(copy.dir,
-                                                     f"changelog-{uuid.uuid4().hex}.log"))
+            self._log = self._new_log(copy)
         log, self._log = self._log, None
         for cf in self._cfs.values():
             cf.flush()
