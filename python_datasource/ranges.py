@@ -3,9 +3,10 @@
 With ``.option("emit", "ranges")`` the ``orderedkafka`` source yields one row per task: the
 topic, partition and ``[startOffset, endOffset)`` of its range plus the reader's options
 (pickled). Nothing is read from Kafka until the DataFrame's consumer reads the range itself
-(``read_described``), in its own Python worker. ``OrderedStateful`` does that, which skips
-the source worker -> JVM rows -> Arrow -> ``mapInArrow`` worker hop of every record. Offsets
-are still planned, logged and committed by Spark exactly as in the default ``records`` mode.
+(``python_datasource.reader.read_range``), in its own Python worker. ``OrderedStateful``
+does that, which skips the source worker -> JVM rows -> Arrow -> ``mapInArrow`` worker hop of
+every record. Offsets are still planned, logged and committed by Spark exactly as in the
+default ``records`` mode.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from python_datasource.options import OrderedKafkaOptions
 from python_datasource.planning import OffsetRange
-from python_datasource.reader import read_range
 
 RANGE_COLUMNS = ("topic", "partition", "startOffset", "endOffset", "reader")
 RANGE_ARROW_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
@@ -51,9 +51,3 @@ def described(batch: pa.RecordBatch) -> Iterator[tuple[OffsetRange, OrderedKafka
     for raw in batch.column("reader").to_pylist():
         rng, options = pickle.loads(raw)
         yield rng, options
-
-
-def read_described(rng: OffsetRange, options: OrderedKafkaOptions) -> Iterator[pa.RecordBatch]:
-    """The records of a described range: the same batches, checks and errors as ``records``
-    mode (``python_datasource.reader.read_range``)."""
-    return read_range(rng, options)

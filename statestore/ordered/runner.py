@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orderedstream.errors import OrderViolationError, SchemaMismatchError
-from python_datasource.ranges import described, is_range_columns, read_described
+from python_datasource.ranges import described, is_range_columns
+from python_datasource.reader import read_range
 from sinks.options import FencedParquetOptions
 from sinks.writer import task_attempt_id, write_parquet_files
 from statestore.base import EMPTY_VERSION
@@ -310,7 +311,8 @@ class OrderedTask:
                         f"Kafka {pid} appears twice in one task of batch {self.plan.batch_id}: "
                         "its range was split (orderedkafka minPartitions / "
                         "maxRecordsPerPartition) or the ranges were repartitioned")
-                records = read_described(rng, reader_options)
+                records = read_range(rng, reader_options)  # same batches and checks as
+                # the source's records mode
                 head = next(records, None)
                 if head is None:  # nothing to read: no rows, as in records mode
                     continue

@@ -173,7 +173,8 @@ def test_emit_ranges_describes_each_range_and_reads_the_same_records(spark: Any,
                                                                      topic: Any) -> None:
     """``emit=ranges``: one row per task's range; reading the described ranges gives exactly
     the records ``emit=records`` gives, in offset order."""
-    from python_datasource.ranges import described, read_described
+    from python_datasource.ranges import described
+    from python_datasource.reader import read_range
 
     name = topic(partitions=2)
     for p in range(2):
@@ -190,7 +191,7 @@ def test_emit_ranges_describes_each_range_and_reads_the_same_records(spark: Any,
     table = pa.Table.from_pydict({"reader": [bytes(r.reader) for r in rows]})
     read = [(b["partition"][i].as_py(), b["offset"][i].as_py())
             for rng, options in described(table.to_batches()[0])
-            for b in read_described(rng, options) for i in range(b.num_rows)]
+            for b in read_range(rng, options) for i in range(b.num_rows)]
     records = reader.option("emit", "records").load().select("partition", "offset").collect()
     assert read == sorted((r.partition, r.offset) for r in records)
 
