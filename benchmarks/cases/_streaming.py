@@ -105,6 +105,22 @@ def spark_session(app: str, tmp_dir: Path, partitions: int,
     return local_spark_session(app, master=master, conf=settings, tmp_dir=tmp_dir)
 
 
+def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[str, Any],
+                       shuffle_partitions: int, module: str) -> Any:
+    """The session of one side of a this-pack-vs-Spark case, in that engine's own process:
+    ``module``'s functions are pickled by value; Spark's side (``engine == "spark"``) also gets
+    Spark's Kafka connector (``params["kafka_jars"]``) and S3A to the case's SeaweedFS."""
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[module])
+    spark_side = engine == "spark"
+    return spark_session(f"bench-{case}-{engine}", Path(params["work"]) / f"spark-{engine}",
+                         shuffle_partitions,
+                         kafka_jars=params["kafka_jars"] if spark_side else None,
+                         s3a_endpoint=ctx.s3_endpoint if spark_side else None,
+                         conf={"spark.sql.session.timeZone": "UTC"})
+
+
 def s3a(url: str) -> str:
     """``s3://b/p`` -> ``s3a://b/p`` (Spark's own sinks write through hadoop-aws)."""
     return url.replace("s3://", "s3a://", 1)

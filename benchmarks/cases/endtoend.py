@@ -21,7 +21,6 @@ final tables: all must be 0) and compared row by row with each other.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -35,7 +34,7 @@ from benchmarks.cases._streaming import (
     run_engine,
     run_query,
     s3a,
-    spark_session,
+    two_engine_session,
 )
 from benchmarks.common import CaseContext, Result, RssSampler
 
@@ -132,15 +131,9 @@ def _output_ddl() -> str:
 
 def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[str, Any]:
     """One engine over the topics (runs in its own process, see ``_streaming.run_engine``)."""
-    from pyspark import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     work = Path(params["work"])
-    spark = spark_session(f"bench-e2e-{engine}", work / f"spark-{engine}",
-                          params["shuffle_partitions"],
-                          kafka_jars=params["kafka_jars"] if engine == "spark" else None,
-                          s3a_endpoint=ctx.s3_endpoint if engine == "spark" else None,
-                          conf={"spark.sql.session.timeZone": "UTC"})
+    spark = two_engine_session("e2e", engine, ctx, params, params["shuffle_partitions"],
+                               __name__)
     try:
         with RssSampler() as rss:
             if engine == "ours":

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -42,7 +41,7 @@ from benchmarks.cases._streaming import (
     run_engine,
     run_query,
     s3a,
-    spark_session,
+    two_engine_session,
 )
 from benchmarks.common import CaseContext, Result, RssSampler
 
@@ -147,15 +146,8 @@ AD_CAMPAIGNS = ad_campaigns()
 
 def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[str, Any]:
     """One engine over the topic (own process, see ``_streaming.run_engine``)."""
-    from pyspark import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     work = Path(params["work"])
-    spark = spark_session(f"bench-yahoo-{engine}", work / f"spark-{engine}",
-                          params["partitions"],
-                          kafka_jars=params["kafka_jars"] if engine == "spark" else None,
-                          s3a_endpoint=ctx.s3_endpoint if engine == "spark" else None,
-                          conf={"spark.sql.session.timeZone": "UTC"})
+    spark = two_engine_session("yahoo", engine, ctx, params, params["partitions"], __name__)
     try:
         with RssSampler() as rss:
             run = _run_ours if engine == "ours" else _run_spark
