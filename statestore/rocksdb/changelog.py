@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -95,10 +96,7 @@ class ChangelogWriter:
     def discard(self) -> None:
         if not self._out.closed:
             self._out.close()
-        try:
-            os.remove(self.path)
-        except FileNotFoundError:
-            pass
+        Path(self.path).unlink(missing_ok=True)
 
 
 def replay(db: rocksdict.Rdict, path: str,

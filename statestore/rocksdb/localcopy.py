@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orderedstream.errors import StateLockedError
@@ -121,16 +122,10 @@ class LocalCopy:
             if (name.startswith(("db-", "ckpt-")) and name != self.state.db):
                 shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
             elif name.startswith("changelog-"):
-                try:
-                    os.remove(os.path.join(self.dir, name))
-                except FileNotFoundError:
-                    pass
+                Path(self.dir, name).unlink(missing_ok=True)
         for name in os.listdir(self.cache_dir):
             if name not in keep_cache:
-                try:
-                    os.remove(os.path.join(self.cache_dir, name))
-                except FileNotFoundError:
-                    pass
+                Path(self.cache_dir, name).unlink(missing_ok=True)
 
     def release(self) -> None:
         if self._handle is not None:
