@@ -175,6 +175,12 @@ class StatePartition(abc.ABC):
         """The decoded value of ``key``, or ``default`` if absent. A key with a TTL stays
         readable until ``expire`` removes it (so replays with event time are deterministic)."""
 
+    def get_for_update(self, key: Key, default: Any = None, *,
+                       space: str = DEFAULT_SPACE) -> Any:
+        """``get`` for a key the caller will write back later (e.g. in a ``put_many``):
+        a store may remember what the read found so that write costs no second read."""
+        return self.get(key, default, space=space)
+
     @abc.abstractmethod
     def contains(self, key: Key, *, space: str = DEFAULT_SPACE) -> bool:
         """Whether ``key`` holds a value."""
@@ -212,7 +218,8 @@ class StatePartition(abc.ABC):
             ttl_ms: int | None = None, now_ms: int | None = None) -> None:
         """Store ``value``. With ``ttl_ms`` the key expires at ``now_ms + ttl_ms`` (``now_ms``
         defaults to the wall clock; pass event time for deterministic replays). A put without
-        ttl clears any earlier expiry."""
+        ttl clears any earlier expiry. A store may buffer blind puts and write them in
+        batches; every read, delete and commit of the partition sees them."""
 
     @abc.abstractmethod
     def delete(self, key: Key, *, space: str = DEFAULT_SPACE) -> None:

@@ -18,9 +18,12 @@ from typing import Any
 
 from orderedstream.errors import CorruptStateError
 
-FORMAT = 1
+FORMAT = 3
+"""Written by this version: values may be stored without a frame (``statestore.ttl``), so
+readers that predate it refuse these manifests by number instead of misreading values."""
 CHANGELOG_FORMAT = 2
-"""Manifests with a changelog chain: readers that predate it refuse them by format number."""
+"""Manifests with a changelog chain, all values framed (read as before)."""
+READABLE_FORMATS = (1, CHANGELOG_FORMAT, FORMAT)
 
 
 @dataclass(frozen=True)
@@ -70,9 +73,9 @@ class Manifest:
     def from_json(cls, raw: bytes, path: str = "<manifest>") -> Manifest:
         try:
             data = json.loads(raw)
-            if data.get("format") not in (FORMAT, CHANGELOG_FORMAT):
+            if data.get("format") not in READABLE_FORMATS:
                 raise ValueError(f"unsupported manifest format {data.get('format')!r} "
-                                 f"(this reader knows {FORMAT} and {CHANGELOG_FORMAT})")
+                                 f"(this reader knows {list(READABLE_FORMATS)})")
             data["files"] = tuple(FileEntry(**f) for f in data["files"])
             data["changelog"] = tuple(FileEntry(**f) for f in data.get("changelog", ()))
             return cls(**data)

@@ -88,7 +88,7 @@ class KeyedStateTable:
         if len(self._cache) >= self.max_cached:
             self.flush(evict=True)
         self.loads += 1
-        stored = self.part.get(key, space=STATE_SPACE)
+        stored = self.part.get_for_update(key, space=STATE_SPACE)
         if stored is None:
             entry = StateEntry()
         else:

@@ -1,9 +1,12 @@
 """``RocksDBStatePartition``: one partition's state in a local RocksDB (rocksdict, raw bytes).
 
 Spaces are column families (``default`` is RocksDB's default family); two internal families
-hold key counts (``__meta__``) and the TTL expiry index (``__ttl__``). Writes go straight to
-the DB with the WAL off; ``prepare_commit`` checkpoints it (hard links), uploads only new SSTs
-(``statestore.snapshot``) and writes an attempt-unique candidate manifest. In changelog mode
+hold key counts (``__meta__``) and the TTL expiry index (``__ttl__``). Writes go to the DB with
+the WAL off: blind ``put``s through a small WriteBatch buffer (written, with the key-count
+lookups as one MultiGet, before any read, delete, other write or commit), the write of a
+read-modify-write and the other write paths at once. ``prepare_commit`` checkpoints the DB
+(hard links), uploads only new SSTs (``statestore.snapshot``) and writes an attempt-unique
+candidate manifest. In changelog mode
 (``StateStoreOptions.changelog``) every write is also appended to a per-version log, and
 between full checkpoints a commit uploads only that log (``statestore.rocksdb.changelog``).
 """
@@ -37,7 +40,6 @@ from statestore.base import (
     StatePartition,
 )
 from statestore.manifest import (
-    CHANGELOG_FORMAT,
     FORMAT,
     FileEntry,
     Manifest,
@@ -59,6 +61,7 @@ _SPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 _I64 = struct.Struct(">q")
 _CHUNK = 10_000
 _NO_TTL = ttl_mod.NO_TTL
+_BARE = ttl_mod.BARE
 
 
 class Status(enum.Enum):
@@ -106,15 +109,20 @@ def open_rdict(path: str, options: StateStoreOptions, *, read_only: bool) -> roc
 
 class _Space:
     """What the hot path needs of one space, found with one dict lookup: the column family,
-    its WriteBatch handle, the codec's bound methods, and the presence memo.
+    its WriteBatch handle, the codec's bound methods, and what is known of keys' presence.
 
-    ``known`` (exact key counting only, else None) maps recently read or written keys to
-    whether they hold a value, so a read-modify-write (``get`` then ``put``/``put_many``)
-    counts keys without reading them twice. Every write path of the partition updates it;
-    it is cleared when it reaches ``_MEMO_MAX`` entries, which bounds its memory.
+    ``last_read``/``last_present``: the key of the last ``get`` and whether it held a value,
+    so the ``put`` of a read-modify-write is written at once and counted without a second
+    read. Write paths that could change that key's presence reset it.
+
+    ``known`` (exact key counting only, else None) maps keys read by ``multi_get``,
+    ``contains`` and ``get_for_update``, or written, to whether they hold a value, so a later
+    ``put_many`` or ``delete`` of them counts keys without reading them again. Every write
+    path keeps it true; it is cleared when it reaches ``_MEMO_MAX`` entries (bounded memory).
     """
 
-    __slots__ = ("cf", "decode", "encode", "handle", "known", "name")
+    __slots__ = ("cf", "decode", "encode", "handle", "known", "last_present", "last_read",
+                 "name")
 
     def __init__(self, name: str, cf: rocksdict.Rdict, handle: Any, codec: Codec,
                  exact: bool) -> None:
@@ -124,14 +132,18 @@ class _Space:
         self.encode = codec.encode
         self.decode = codec.decode
         self.known: dict[bytes, bool] | None = {} if exact else None
+        self.last_read: bytes | None = None
+        self.last_present = False
 
 
 _MEMO_MAX = 1 << 14
+_BUFFER_PUTS = 1_000
+_BUFFER_BYTES = 4 << 20
 
 
 def _payload(raw: bytes) -> bytes:
-    """The codec payload of stored bytes (``statestore.ttl`` frame removed)."""
-    return raw[1:] if raw[0] == 0 else ttl_mod.unframe(raw)[0]
+    """The codec payload of stored bytes (``statestore.ttl`` frame, if any, removed)."""
+    return raw if raw >= _BARE else ttl_mod.unframe(raw)[0]
 
 
 class RocksDBStatePartition(StatePartition):
@@ -172,6 +184,13 @@ class RocksDBStatePartition(StatePartition):
         """This version's write log (changelog mode; created by the first write)."""
         self._base_files: tuple[FileEntry, ...] | None = None
         """Files of the checkpoint the local copy's changelogs apply to (read lazily)."""
+        self._pending: rocksdict.WriteBatch | None = None
+        """Blind ``put``s not yet in the DB (one space, at most ``_BUFFER_PUTS`` puts or
+        ``_BUFFER_BYTES``): written as one batch, with their key-count lookups done as one
+        MultiGet, before any read, delete, other write path or commit (``_flush``)."""
+        self._pending_space: _Space | None = None
+        self._pending_keys: list[bytes] = []
+        self._pending_bytes = 0
 
     # ---- helpers -------------------------------------------------------------------------
     def _load_counts(self) -> dict[str, int]:
@@ -261,6 +280,18 @@ class RocksDBStatePartition(StatePartition):
     def _bump(self, space: str, delta: int) -> None:
         self._counts[space] = self._counts.get(space, 0) + delta
 
+    def _flush(self) -> None:
+        """Write the buffered puts (counting the keys they add), so reads see them."""
+        batch, s = self._pending, self._pending_space
+        if batch is None:
+            return
+        keys, written = self._pending_keys, self._pending_bytes
+        self._pending, self._pending_space, self._pending_keys = None, None, []
+        self._pending_bytes = 0
+        assert s is not None
+        s.last_read = None  # the batch may hold that key: its presence is no longer known
+        self._apply(s, batch, keys if s.known is not None else [], batch.len(), written)
+
     # ---- reads ---------------------------------------------------------------------------
     def get(self, key: Key, default: Any = None, *, space: str = DEFAULT_SPACE) -> Any:
         s = self._spaces.get(space)
@@ -269,21 +300,36 @@ class RocksDBStatePartition(StatePartition):
             if s is None:
                 return default
         k = key if type(key) is bytes else encode_key(key)
+        if self._pending is not None:
+            self._flush()
         raw = s.cf.get(k)
-        known = s.known
-        if known is not None:
+        s.last_read = k
+        if raw is None:
+            s.last_present = False
+            return default
+        s.last_present = True
+        return s.decode(raw if raw >= _BARE else ttl_mod.unframe(raw)[0])
+
+    def get_for_update(self, key: Key, default: Any = None, *,
+                       space: str = DEFAULT_SPACE) -> Any:
+        """``get``, remembering (in a bounded memo) whether the key holds a value, so a later
+        ``put_many`` or ``delete`` of it keeps exact key counts without reading it again.
+        For callers that read many keys, then write them back in one batch."""
+        value = self.get(key, default, space=space)
+        s = self._spaces.get(space)
+        if s is not None and s.known is not None:
+            known = s.known
             if len(known) >= _MEMO_MAX:
                 known.clear()
-            known[k] = raw is not None
-        if raw is None:
-            return default
-        return s.decode(raw[1:] if raw[0] == 0 else ttl_mod.unframe(raw)[0])
+            known[s.last_read] = s.last_present  # type: ignore[index]
+        return value
 
     def contains(self, key: Key, *, space: str = DEFAULT_SPACE) -> bool:
         s = self._spaces.get(space) or self._space(space)
         if s is None:
             return False
         k = encode_key(key)
+        self._flush()
         present = s.cf.get(k) is not None
         if s.known is not None:
             if len(s.known) >= _MEMO_MAX:
@@ -297,6 +343,7 @@ class RocksDBStatePartition(StatePartition):
         if s is None:
             return [default] * len(keys)
         encoded = [k if type(k) is bytes else encode_key(k) for k in keys]
+        self._flush()
         raws = s.cf[encoded]
         known = s.known
         if known is not None and len(encoded) <= _MEMO_MAX:
@@ -315,6 +362,7 @@ class RocksDBStatePartition(StatePartition):
         lo = None if start is None else encode_key(start)
         hi = None if end is None else encode_key(end)
         decode = s.decode
+        self._flush()
         if not reverse:
             for key, raw in s.cf.items(from_key=lo):
                 if hi is not None and key >= hi:
@@ -336,6 +384,7 @@ class RocksDBStatePartition(StatePartition):
         """``(key, stored bytes)`` in key order: TTL frame included (see ``statestore.ttl``)."""
         s = self._space(space)
         if s is not None:
+            self._flush()
             yield from s.cf.items()
 
     def decode(self, space: str, payload: bytes) -> Any:
@@ -348,6 +397,7 @@ class RocksDBStatePartition(StatePartition):
 
     def num_keys(self, *, space: str | None = None) -> int:
         self._readable()
+        self._flush()
         names = self.spaces() if space is None else [space]
         if self._exact:
             return sum(self._counts.get(n, 0) for n in names)
@@ -371,31 +421,70 @@ class RocksDBStatePartition(StatePartition):
             s = self._space_for_write(space)
             assert s is not None
         k = key if type(key) is bytes else encode_key(key)
-        if ttl_ms is None:
-            stored = _NO_TTL + s.encode(value)
-        else:
-            stored, expires = self._frame(s, value, ttl_ms, now_ms)
+        if ttl_ms is not None:
+            self._put_ttl(s, k, value, ttl_ms, now_ms)
+            return
+        stored = s.encode(value)
+        if stored < _BARE:
+            stored = _NO_TTL + stored
+        batch = self._pending
+        if batch is None:
+            if k == s.last_read:
+                # The write of a read-modify-write: presence is known, write it at once.
+                s.cf.put(k, stored)
+                if not s.last_present:
+                    s.last_present = True
+                    if s.known is not None:
+                        self._counts[space] = self._counts.get(space, 0) + 1
+                if s.known:
+                    s.known.pop(k, None)
+                self._puts += 1
+                self._bytes_written += len(k) + len(stored)
+                if self._log is not None:
+                    self._log.put(space, k, stored)
+                return
+            batch = self._pending = rocksdict.WriteBatch(raw_mode=True)
+            self._pending_space = s
+        elif self._pending_space is not s:
+            self._flush()
+            batch = self._pending = rocksdict.WriteBatch(raw_mode=True)
+            self._pending_space = s
+        # A blind write: buffered, written (and its key counted) with the next batch.
+        batch.put(k, stored, s.handle)
+        if s.known is not None:
+            self._pending_keys.append(k)
+        written = self._pending_bytes = self._pending_bytes + len(k) + len(stored)
+        if self._log is not None:
+            self._log.put(space, k, stored)
+        if written >= _BUFFER_BYTES or batch.len() >= _BUFFER_PUTS:
+            self._flush()
+
+    def _put_ttl(self, s: _Space, k: bytes, value: Any, ttl_ms: int,
+                 now_ms: int | None) -> None:
+        """A put with an expiry: the value and its expiry-index entry, written at once."""
+        self._flush()
+        stored, expires = self._frame(s, value, ttl_ms, now_ms)
+        s.last_read = None
         known = s.known
-        if known is None or known.get(k):  # no counting, or read just before: present
+        if known is None:
             s.cf.put(k, stored)
         else:
-            present = k not in known and s.cf.get(k) is not None
+            present = known.get(k)
+            if present is None:
+                present = s.cf.get(k) is not None
             s.cf.put(k, stored)
             if not present:
-                self._counts[space] = self._counts.get(space, 0) + 1
+                self._bump(s.name, 1)
             if len(known) >= _MEMO_MAX:
                 known.clear()
             known[k] = True
-        log = self._log
-        if log is not None:
-            log.put(space, k, stored)
-        if ttl_ms is not None:
-            ttl_s = self._space(TTL_CF, create=True)
-            assert ttl_s is not None and expires is not None
-            entry = ttl_mod.index_key(expires, space, k)
-            ttl_s.cf.put(entry, b"")
-            if log is not None:
-                log.put(TTL_CF, entry, b"")
+        ttl_s = self._space(TTL_CF, create=True)
+        assert ttl_s is not None and expires is not None
+        entry = ttl_mod.index_key(expires, s.name, k)
+        ttl_s.cf.put(entry, b"")
+        if self._log is not None:
+            self._log.put(s.name, k, stored)
+            self._log.put(TTL_CF, entry, b"")
         self._puts += 1
         self._bytes_written += len(k) + len(stored)
 
@@ -403,6 +492,8 @@ class RocksDBStatePartition(StatePartition):
                  ttl_ms: int | None = None, now_ms: int | None = None) -> None:
         s = self._space_for_write(space)
         assert s is not None
+        self._flush()
+        s.last_read = None
         if ttl_ms is not None:
             self._put_many_ttl(s, items, ttl_ms, now_ms)
             return
@@ -420,7 +511,9 @@ class RocksDBStatePartition(StatePartition):
             if not exact and log is None:
                 for key, value in islice(source, _CHUNK):
                     k = key if type(key) is bytes else encode_key(key)
-                    stored = _NO_TTL + encode(value)
+                    stored = encode(value)
+                    if stored < _BARE:
+                        stored = _NO_TTL + stored
                     put(k, stored, handle)
                     written += len(k) + len(stored)
             else:
@@ -431,7 +524,9 @@ class RocksDBStatePartition(StatePartition):
                 keep = None if log is None else logged.append
                 for key, value in islice(source, _CHUNK):
                     k = key if type(key) is bytes else encode_key(key)
-                    stored = _NO_TTL + encode(value)
+                    stored = encode(value)
+                    if stored < _BARE:
+                        stored = _NO_TTL + stored
                     put(k, stored, handle)
                     written += len(k) + len(stored)
                     if keep is not None:
@@ -517,13 +612,15 @@ class RocksDBStatePartition(StatePartition):
             if s is None:
                 return
         k = key if type(key) is bytes else encode_key(key)
+        if self._pending is not None:
+            self._flush()
         known = s.known
         if self._log is not None:
             self._log.delete(space, k)  # a delete cannot fail for a valid key
         if known is None:
             s.cf.delete(k)
         else:
-            present = known.get(k)
+            present = s.last_present if k == s.last_read else known.get(k)
             if present is None:
                 present = s.cf.get(k) is not None
             s.cf.delete(k)
@@ -532,11 +629,13 @@ class RocksDBStatePartition(StatePartition):
             if len(known) >= _MEMO_MAX:
                 known.clear()
             known[k] = False
+        s.last_read, s.last_present = k, False
         self._deletes += 1
 
     def expire(self, now_ms: int | None = None, *,
                limit: int | None = None) -> Iterator[tuple[str, bytes, Any]]:
         self._writable()
+        self._flush()
         ttl_s = self._space(TTL_CF)
         if ttl_s is None:
             return
@@ -559,6 +658,7 @@ class RocksDBStatePartition(StatePartition):
                 self._log.delete(space, key)
             if s.known is not None:
                 s.known.pop(key, None)
+            s.last_read = None
             self._deletes += 1
             self._bump(space, -1)
             done += 1
@@ -581,6 +681,7 @@ class RocksDBStatePartition(StatePartition):
                 f"greater than the version it was opened at ({self.base_version})")
         self._write_ok = False
         try:
+            self._flush()
             return self._prepare(copy, version, writer, started)
         except BaseException:
             self._status = Status.FAILED
@@ -620,7 +721,7 @@ class RocksDBStatePartition(StatePartition):
             manifest = Manifest(
                 partition=self.partition, version=version, parent_version=self.base_version,
                 parent_manifest=copy.state.manifest, files=files, changelog=chain,
-                format=CHANGELOG_FORMAT if chain else FORMAT,
+                format=FORMAT,
                 num_keys=num_keys,
                 key_counts={s: self._counts.get(s, 0) for s in self.spaces()},
                 spaces={s: self._codec(s).spec() for s in self.spaces()},
@@ -729,6 +830,7 @@ class RocksDBStatePartition(StatePartition):
         if self._status is Status.CLOSED:
             return
         self._status = Status.CLOSED
+        self._pending = self._pending_space = None  # never committed: dropped like the log
         if self._log is not None:  # writes never committed: their log is worthless
             self._log.discard()
             self._log = None

@@ -53,8 +53,8 @@ def test_changelog_versions_restore_exactly_and_upload_only_what_changed(
     assert [m.changelog for m in metrics] == [False, True, True, False, True, True, False]
     chains = [len(store.read_manifest(0, v).changelog) for v in range(7)]
     assert chains == [0, 1, 2, 0, 1, 2, 0]
-    # Older readers refuse chained manifests by format number, not as garbage.
-    assert [store.read_manifest(0, v).format for v in range(3)] == [1, 2, 2]
+    # Older readers refuse these manifests (chains, bare values) by number, not as garbage.
+    assert [store.read_manifest(0, v).format for v in range(3)] == [3, 3, 3]
     for m in metrics[1:3] + metrics[4:6]:
         # 50 rewritten values + a delete + 2 puts + key counts: a few KB, not the whole state.
         assert m.files_uploaded == 1 and m.bytes_uploaded < 8_000 < m.bytes_total, m

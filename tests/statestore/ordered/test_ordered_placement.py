@@ -64,9 +64,10 @@ def _produce(kafka: Any, name: str, first_seq: int, per_key: int) -> int:
     return count
 
 
-def _run(spark: Any, kafka: Any, name: str, proc: OrderedStateful, checkpoint: str
-         ) -> list[BatchResult]:
-    """One Trigger.AvailableNow run of the query; the BatchResult of every batch it ran."""
+def _run(spark: Any, kafka: Any, name: str, proc: OrderedStateful, checkpoint: str,
+         emit: str = "records") -> list[BatchResult]:
+    """One Trigger.AvailableNow run of the query; the BatchResult of every batch it ran.
+    ``emit="ranges"``: the source yields offset ranges and the ordered tasks read them."""
     results: list[BatchResult] = []
 
     def on_batch(batch_df: Any, batch_id: int) -> None:
@@ -75,7 +76,7 @@ def _run(spark: Any, kafka: Any, name: str, proc: OrderedStateful, checkpoint: s
     stream = (spark.readStream.format("orderedkafka")
               .option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", name)
               .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", str(PER_BATCH)).load())
+              .option("maxOffsetsPerTrigger", str(PER_BATCH)).option("emit", emit).load())
     query = (stream.writeStream.foreachBatch(on_batch).trigger(availableNow=True)
              .option("checkpointLocation", checkpoint).start())
     query.awaitTermination()
@@ -233,12 +234,14 @@ def test_placement_keeps_state_on_its_executor(cluster_spark, patient_locality, 
 def test_lost_executor_partitions_restore_once_on_the_survivor(
         cluster_spark, patient_locality, spark_cluster, kafka, topic, s3, s3_url, tmp_path
 ) -> None:
+    """Runs with ``emit=ranges`` (the placement test above uses records): the tasks read
+    their ranges from Kafka on whichever executor they are placed, the survivor included."""
     _two_executors(cluster_spark)
     name = topic(partitions=PARTITIONS, prefix="placed-kill")
     checkpoint = str(tmp_path / "checkpoint")
     proc = _processor(name, s3, s3_url, checkpoint)
     produced = _produce(kafka, name, 0, 3)
-    warm = _run(cluster_spark, kafka, name, proc, checkpoint)
+    warm = _run(cluster_spark, kafka, name, proc, checkpoint, emit="ranges")
     last = warm[-1]
     assert last.restores == 0 and len(last.commits) == PARTITIONS
     workers = {c.partition_id: int(re.search(r"work-(\d+)", c.metrics["cwd"]).group(1))
@@ -253,7 +256,7 @@ def test_lost_executor_partitions_restore_once_on_the_survivor(
         wait_until(lambda: len(placement.executors()) == 1, 120,
                    "the driver to notice the killed worker's executor")
         produced += _produce(kafka, name, 3, 4)
-        after = _run(cluster_spark, kafka, name, proc, checkpoint)
+        after = _run(cluster_spark, kafka, name, proc, checkpoint, emit="ranges")
     finally:
         spark_cluster.restart_worker(doomed)
         wait_until(lambda: len(placement.executors()) == 2, 180,
