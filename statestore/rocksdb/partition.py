@@ -22,7 +22,8 @@ import struct
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from itertools import islice
+from itertools import islice, repeat
+from operator import is_not
 from typing import Any
 
 import rocksdict
@@ -349,10 +350,10 @@ class RocksDBStatePartition(StatePartition):
         if known is not None and len(encoded) <= _MEMO_MAX:
             if len(known) + len(encoded) > _MEMO_MAX:
                 known.clear()
-            for k, r in zip(encoded, raws, strict=True):
-                known[k] = r is not None
+            known.update(zip(encoded, map(is_not, raws, repeat(None))))  # C loops only
         decode = s.decode
-        return [default if r is None else decode(_payload(r)) for r in raws]
+        return [default if r is None else decode(r if r >= _BARE else _payload(r))
+                for r in raws]
 
     def range(self, start: Key | None = None, end: Key | None = None, *,
               space: str = DEFAULT_SPACE, reverse: bool = False) -> Iterator[tuple[bytes, Any]]:
