@@ -125,8 +125,12 @@ class CommitLog:
 
     Driver-side object (it holds a filesystem client; do not ship it to executors: ship
     ``url`` and ``storage_options`` and rebuild it). Records are cached once read, since
-    they never change.
+    they never change: the newest ``CACHE_RECORDS`` of them, so a driver that runs for months
+    keeps a bounded cache.
     """
+
+    CACHE_RECORDS = 4096
+    _FETCH_WINDOW = 1000
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = url.rstrip("/")
@@ -208,8 +212,16 @@ class CommitLog:
         if found is None:
             return None
         record = CommitRecord.from_json(found[0])
-        self._cache[version] = record
+        self._remember(record)
         return record
+
+    def _remember(self, record: CommitRecord) -> None:
+        """Cache ``record``, dropping the oldest cached ones beyond ``CACHE_RECORDS``."""
+        cache = self._cache
+        cache.pop(record.version, None)
+        cache[record.version] = record
+        while len(cache) > self.CACHE_RECORDS:
+            del cache[next(iter(cache))]
 
     def latest_version(self) -> int | None:
         """Newest table version, or None for an empty log (one LIST, then cheap probes)."""
@@ -235,20 +247,25 @@ class CommitLog:
         last = self.latest_version() if end is None else end
         if last is None:
             return
-        missing = [v for v in range(start, last + 1) if v not in self._cache]
-        if missing:  # fetch concurrently (s3fs batches these requests)
-            paths = [self._record_path(v) for v in missing]
-            for _path, data in self.fs.cat(paths, on_error="omit").items():
-                if not _is_json(data):
-                    continue  # being created right now: read_version waits for it
-                record = CommitRecord.from_json(data)
-                self._cache[record.version] = record
-        for version in range(start, last + 1):
-            record = self.read_version(version)
-            if record is None:
-                raise OrderedStreamError(f"commit log {self.meta}/log has a gap: version "
-                                         f"{version} is missing (the log was edited by hand?)")
-            yield record
+        for low in range(start, last + 1, self._FETCH_WINDOW):
+            high = min(low + self._FETCH_WINDOW, last + 1)
+            fetched: dict[int, CommitRecord] = {}
+            missing = [v for v in range(low, high) if v not in self._cache]
+            if missing:  # fetch concurrently (s3fs batches these requests)
+                paths = [self._record_path(v) for v in missing]
+                for _path, data in self.fs.cat(paths, on_error="omit").items():
+                    if not _is_json(data):
+                        continue  # being created right now: read_version waits for it
+                    record = CommitRecord.from_json(data)
+                    fetched[record.version] = record
+                    self._remember(record)
+            for version in range(low, high):
+                record = fetched.get(version) or self.read_version(version)
+                if record is None:
+                    raise OrderedStreamError(
+                        f"commit log {self.meta}/log has a gap: version {version} is missing "
+                        "(the log was edited by hand?)")
+                yield record
 
     def get(self, batch_id: int) -> CommitRecord | None:
         """The commit record of streaming batch ``batch_id``, or None if it is not committed.
@@ -355,7 +372,7 @@ class CommitLog:
                     extra={"filler": True}, created_at=time.time())
                 if objectstore.create_exclusive(self.fs, self._record_path(version),
                                                 filler.to_json()):
-                    self._cache[version] = filler
+                    self._remember(filler)
                 continue
             record = CommitRecord(
                 version=version, batch_id=batch_id,
@@ -366,7 +383,7 @@ class CommitLog:
                 extra=extra, created_at=time.time())
             if objectstore.create_exclusive(self.fs, self._record_path(version),
                                             record.to_json()):
-                self._cache[version] = record
+                self._remember(record)
                 self._latest_version_hint = version
                 return record
             # Lost the race for this version: learn what won, then decide.
