@@ -35,7 +35,10 @@ class CopyState:
     """Changelogs (changelog mode) applied since the checkpoint ``files`` came from."""
 
     def to_json(self) -> str:
-        return json.dumps({"version": self.version, "manifest": self.manifest,
+        # "held_version", not "version": copies written since values may be stored bare
+        # (manifest format 3) look unusable to readers that predate it, so those restore
+        # from the location, where the manifest's format number refuses them.
+        return json.dumps({"held_version": self.version, "manifest": self.manifest,
                            "dirty": self.dirty, "db": self.db,
                            "files": {k: v.__dict__ for k, v in self.files.items()},
                            "changelog": [e.__dict__ for e in self.changelog]})
@@ -43,7 +46,8 @@ class CopyState:
     @classmethod
     def from_json(cls, text: str) -> CopyState:
         data = json.loads(text)
-        return cls(version=data["version"], manifest=data["manifest"], dirty=data["dirty"],
+        version = data["held_version"] if "held_version" in data else data["version"]
+        return cls(version=version, manifest=data["manifest"], dirty=data["dirty"],
                    db=data["db"], files={k: FileEntry(**v) for k, v in data["files"].items()},
                    changelog=[FileEntry(**e) for e in data.get("changelog", [])])
 

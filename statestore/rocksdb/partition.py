@@ -646,6 +646,8 @@ class RocksDBStatePartition(StatePartition):
             if entry >= upper or (limit is not None and done >= limit):
                 break
             expires, space, key = ttl_mod.parse_index_key(entry)
+            if self._pending is not None:  # puts made by the caller between two steps
+                self._flush()
             ttl_s.cf.delete(entry)
             if self._log is not None:
                 self._log.delete(TTL_CF, entry)

@@ -143,3 +143,24 @@ def test_values_are_stored_bare_unless_their_first_byte_needs_a_frame(
         assert expired == {**{b"ttl-" + k: v for k, v in values.items()},
                            b"ttl-one-put": b"\x01late"}
         assert part.num_keys() == 2 * len(values)
+
+
+def test_puts_made_while_expire_iterates_are_seen_by_it_and_replayed_in_order(
+        make_store: Factory) -> None:
+    """``expire`` writes the caller's buffered puts before each step: a key renewed without
+    TTL during the pass is not expired, and a changelog restore holds the renewed value."""
+    options = {"changelog": True, "snapshot_interval": 10}
+    store = make_store("writer", **options)
+    with store.open(0, EMPTY_VERSION) as part:
+        part.put(b"a", "old-a", ttl_ms=10, now_ms=0)
+        part.put(b"b", "old-b", ttl_ms=20, now_ms=0)
+        part.commit(0)
+        expired = []
+        for _space, key, value in part.expire(now_ms=100):
+            expired.append((key, value))
+            if key == b"a":
+                part.put(b"b", "renewed-b")
+        assert expired == [(b"a", "old-a")]
+        assert part.commit(1).changelog
+    with make_store("elsewhere", **options).open(0, 1) as part:
+        assert dict(part.items()) == {b"b": "renewed-b"} and part.num_keys() == 1
