@@ -291,7 +291,7 @@ class RocksDBStatePartition(StatePartition):
         self._pending_bytes = 0
         assert s is not None
         s.last_read = None  # the batch may hold that key: its presence is no longer known
-        self._apply(s, batch, keys if s.known is not None else [], batch.len(), written)
+        self._apply(s, batch, keys, batch.len(), written)  # keys: exact counting only
 
     # ---- reads ---------------------------------------------------------------------------
     def get(self, key: Key, default: Any = None, *, space: str = DEFAULT_SPACE) -> Any:
@@ -352,7 +352,7 @@ class RocksDBStatePartition(StatePartition):
                 known.clear()
             known.update(zip(encoded, map(is_not, raws, repeat(None))))  # C loops only
         decode = s.decode
-        return [default if r is None else decode(r if r >= _BARE else _payload(r))
+        return [default if r is None else decode(r if r >= _BARE else ttl_mod.unframe(r)[0])
                 for r in raws]
 
     def range(self, start: Key | None = None, end: Key | None = None, *,
@@ -636,7 +636,6 @@ class RocksDBStatePartition(StatePartition):
     def expire(self, now_ms: int | None = None, *,
                limit: int | None = None) -> Iterator[tuple[str, bytes, Any]]:
         self._writable()
-        self._flush()
         ttl_s = self._space(TTL_CF)
         if ttl_s is None:
             return
