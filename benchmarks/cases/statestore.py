@@ -288,8 +288,7 @@ def compare(n: int, workdir: str, sample_size: int = 100_000, burst: int = 5_000
                 gc.collect()
                 rates = _bursts(sides, _jobs(op, keys, sample, values, burst))
                 for name, got in rates.items():
-                    base = baseline_of(name, op) if name in BASELINE else PLAIN[mode]
-                    entry = _ratios(got, rates[base])
+                    entry = _ratios(got, rates[baseline_of(name, op)])
                     entry["plain_cpu_ratio_median"] = _ratios(
                         got, rates[PLAIN[mode]])["cpu_ratio_median"]
                     out.setdefault(name, {})[op] = entry
