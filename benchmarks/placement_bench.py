@@ -275,14 +275,15 @@ def measure(cfg: BenchConfig, work: Path, log: Any = print, lock: Path | None = 
 
     With ``lock``, the measured rounds (not the service start-up or the state load) run under
     an exclusive ``flock`` of that file, so they never overlap other measurement runs."""
+    from orderedstream.statestore.ordered import OrderedStateful
     from pyspark import cloudpickle
 
-    from orderedstream import shim
-    from orderedstream.services.kafka import KafkaBroker
-    from orderedstream.services.process import wait_until
-    from orderedstream.services.s3 import S3Server
-    from orderedstream.services.spark import SparkStandaloneCluster
-    from statestore.ordered import OrderedStateful
+    from orderedstream.core import jvm
+    from orderedstream.dev import shim
+    from orderedstream.dev.services.kafka import KafkaBroker
+    from orderedstream.dev.services.process import wait_until
+    from orderedstream.dev.services.s3 import S3Server
+    from orderedstream.dev.services.spark import SparkStandaloneCluster
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     shim.build(quiet=True)
@@ -297,7 +298,7 @@ def measure(cfg: BenchConfig, work: Path, log: Any = print, lock: Path | None = 
             "spark.locality.wait": "60s",
             "spark.sql.execution.arrow.maxRecordsPerBatch": str(cfg.arrow_records)})
         with RssSampler(cluster) as rss:
-            wait_until(lambda: len(shim.Placement(spark).executors()) == 2, 180, "2 executors")
+            wait_until(lambda: len(jvm.Placement(spark).executors()) == 2, 180, "2 executors")
             topic = "placement-bench"
             kafka.create_topic(topic, cfg.partitions,
                                {"max.message.bytes": str(cfg.value_bytes + (1 << 20))})

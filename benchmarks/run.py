@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.case:
         return _case_main(args.case)
 
-    from orderedstream.services.embedded import embedded_services
+    from orderedstream.dev.services.embedded import embedded_services
 
     names = available_cases()
     if args.only:

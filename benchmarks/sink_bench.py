@@ -29,7 +29,7 @@ def main() -> int:
 
     from benchmarks.cases.sink import run
     from benchmarks.common import CaseContext
-    from orderedstream.services.s3 import S3Server
+    from orderedstream.dev.services.s3 import S3Server
 
     work = Path(tempfile.mkdtemp(prefix="sink-bench-"))
     s3 = S3Server(work / "s3").start()

@@ -112,7 +112,7 @@ class RssSampler:
 
 # ---- child phases ------------------------------------------------------------------------------
 def _options(args: dict[str, Any], local_dir: str) -> Any:
-    from statestore import BytesCodec, StateStoreOptions
+    from orderedstream.statestore import BytesCodec, StateStoreOptions
 
     return StateStoreOptions(
         local_dir=local_dir, codec=BytesCodec(),
@@ -124,8 +124,8 @@ def _options(args: dict[str, Any], local_dir: str) -> Any:
 
 def child_write(args: dict[str, Any]) -> dict[str, Any]:
     """Write N keys to S3, commit v0; rewrite 0.1% of them, commit v1."""
-    from statestore import EMPTY_VERSION, StateLocation
-    from statestore.store import StateStore
+    from orderedstream.statestore import EMPTY_VERSION, StateLocation
+    from orderedstream.statestore.store import StateStore
 
     n = args["keys"]
     store = StateStore(StateLocation(args["url"], args["storage_options"]),
@@ -151,8 +151,8 @@ def child_write(args: dict[str, Any]) -> dict[str, Any]:
 
 def child_restore(args: dict[str, Any]) -> dict[str, Any]:
     """Open version 1 on an empty local dir (download + open); read a sample back."""
-    from statestore import StateLocation
-    from statestore.store import StateStore
+    from orderedstream.statestore import StateLocation
+    from orderedstream.statestore.store import StateStore
 
     n = args["keys"]
     store = StateStore(StateLocation(args["url"], args["storage_options"]),
@@ -180,8 +180,8 @@ def child_restore(args: dict[str, Any]) -> dict[str, Any]:
 
 def child_hold(args: dict[str, Any]) -> dict[str, Any]:
     """Write N keys into one partition and hold them; then random gets. RSS sampled."""
-    from statestore import EMPTY_VERSION, StateLocation
-    from statestore.store import StateStore
+    from orderedstream.statestore import EMPTY_VERSION, StateLocation
+    from orderedstream.statestore.store import StateStore
 
     n = args["keys"]
     base_rss = rss_mb()
@@ -255,7 +255,7 @@ def run_child(kind: str, args: dict[str, Any]) -> dict[str, Any]:
 
 # ---- drivers -------------------------------------------------------------------------------------
 def run_restore(ns: argparse.Namespace, out_dir: Path) -> list[dict[str, Any]]:
-    from orderedstream.services.s3 import S3Server, s3_storage_options
+    from orderedstream.dev.services.s3 import S3Server, s3_storage_options
 
     work = Path(tempfile.mkdtemp(prefix="statestore-scale-", dir=ns.workdir))
     server = None

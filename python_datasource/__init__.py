@@ -5,9 +5,9 @@ order, exactly once per batch, with integrity tiers, and needs no JAR.
 also registers it by name (``format("orderedkafka")``) through ``pyspark_orderedkafka``.
 """
 
-from python_datasource.offsets import KafkaSourceOffset
-from python_datasource.options import OrderedKafkaOptions, parse_options
-from python_datasource.source import OrderedKafkaDataSource, kafka_schema
+from orderedstream.python_datasource.offsets import KafkaSourceOffset
+from orderedstream.python_datasource.options import OrderedKafkaOptions, parse_options
+from orderedstream.python_datasource.source import OrderedKafkaDataSource, kafka_schema
 
 __all__ = ["KafkaSourceOffset", "OrderedKafkaDataSource", "OrderedKafkaOptions", "kafka_schema",
            "parse_options"]

@@ -15,8 +15,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from orderedstream.errors import KafkaUnavailableError, OptionError
-from python_datasource.options import OrderedKafkaOptions
+from orderedstream.python_datasource.options import OrderedKafkaOptions
+
+from orderedstream.core.errors import KafkaUnavailableError, OptionError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orderedstream.errors import OptionError
+from orderedstream.core.errors import OptionError
 
 TopicPartitionOffsets = Mapping[str, Mapping[int, int]]
 

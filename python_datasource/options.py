@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orderedstream.errors import OptionError
+from orderedstream.core.errors import OptionError
 
 Integrity = Literal["strict", "window", "none"]
 Strategy = Literal["assign", "subscribe", "subscribePattern"]

@@ -9,10 +9,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from orderedstream.errors import DataLossError
-from python_datasource.kafka_metadata import TP, TopicInfo
-from python_datasource.offsets import KafkaSourceOffset
-from python_datasource.options import Integrity
+from orderedstream.python_datasource.kafka_metadata import TP, TopicInfo
+from orderedstream.python_datasource.offsets import KafkaSourceOffset
+from orderedstream.python_datasource.options import Integrity
+
+from orderedstream.core.errors import DataLossError
 
 log = logging.getLogger(__name__)
 

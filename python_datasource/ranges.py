@@ -3,7 +3,8 @@
 With ``.option("emit", "ranges")`` the ``orderedkafka`` source yields one row per task: the
 topic, partition and ``[startOffset, endOffset)`` of its range plus the reader's options
 (pickled). Nothing is read from Kafka until the DataFrame's consumer reads the range itself
-(``python_datasource.reader.read_range``), in its own Python worker. ``OrderedStateful``
+(``orderedstream.python_datasource.reader.read_range``), in its own Python worker.
+``OrderedStateful``
 does that, which skips the source worker -> JVM rows -> Arrow -> ``mapInArrow`` worker hop of
 every record. Offsets are still planned, logged and committed by Spark exactly as in the
 default ``records`` mode.
@@ -15,10 +16,9 @@ import pickle
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
+from orderedstream.python_datasource.options import OrderedKafkaOptions
+from orderedstream.python_datasource.planning import OffsetRange
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
-
-from python_datasource.options import OrderedKafkaOptions
-from python_datasource.planning import OffsetRange
 
 RANGE_COLUMNS = ("topic", "partition", "startOffset", "endOffset", "reader")
 RANGE_ARROW_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()),

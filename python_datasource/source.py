@@ -21,6 +21,26 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+from orderedstream.python_datasource.kafka_metadata import (
+    TP,
+    KafkaMetadata,
+    TopicInfo,
+    resolve_spec,
+)
+from orderedstream.python_datasource.offsets import KafkaSourceOffset
+from orderedstream.python_datasource.options import OrderedKafkaOptions, parse_options
+from orderedstream.python_datasource.planning import (
+    Loss,
+    OffsetRange,
+    Snapshot,
+    advance,
+    backlog,
+    enforce,
+    plan_ranges,
+    rate_limit,
+)
+from orderedstream.python_datasource.ranges import describe, range_schema
+from orderedstream.python_datasource.reader import read_range
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -45,22 +65,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from orderedstream.errors import OptionError
-from python_datasource.kafka_metadata import TP, KafkaMetadata, TopicInfo, resolve_spec
-from python_datasource.offsets import KafkaSourceOffset
-from python_datasource.options import OrderedKafkaOptions, parse_options
-from python_datasource.planning import (
-    Loss,
-    OffsetRange,
-    Snapshot,
-    advance,
-    backlog,
-    enforce,
-    plan_ranges,
-    rate_limit,
-)
-from python_datasource.ranges import describe, range_schema
-from python_datasource.reader import read_range
+from orderedstream.core.errors import OptionError
 
 log = logging.getLogger(__name__)
 

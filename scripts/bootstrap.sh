@@ -21,25 +21,27 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
 stamp="$venv/.orderedstream-installed"
-want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+# An editable install in setuptools' strict mode: a tree of links to the package files, which
+# Spark's pkgutil-based Data Source discovery sees like any site-packages folder. A file added
+# or removed needs a new link tree, so the stamp covers the list of package files too.
+want=$( { cat pyproject.toml constraints.txt;
+          find src python_datasource statestore sinks -type f \( -name '*.py' -o -name py.typed \
+               -o -path '*/resources/*' \) | LC_ALL=C sort; } | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "bootstrap: installing Python packages (pinned by constraints.txt)"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench]"
-  # Spark's static data source registration lists top-level pyspark_* modules with pkgutil,
-  # which does not see setuptools' editable finders: put the checkout itself on sys.path.
-  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  echo "$root" > "$site/orderedstream-checkout.pth"
+  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench,dev]" \
+    --config-settings editable_mode=strict
   echo "$want" > "$stamp"
 fi
 
 # Kafka's broker jars (cached in ~/.cache/orderedstream; a marker makes this free next time).
-"$venv/bin/python" -c "from orderedstream.services.jars import kafka_broker_classpath as k; k()"
+"$venv/bin/python" -c "from orderedstream.dev.services.jars import kafka_broker_classpath as k; k()"
 
 # The JVM shim: rebuilt only when its sources changed.
 # Without the jar the pack still works (state restores from snapshots more often), so a failed
 # build is reported, not fatal; the shim's own tests fail loudly in that case.
 if [ -f jvm-shim/pom.xml ]; then
-  "$venv/bin/python" -m orderedstream.shim build --quiet \
+  "$venv/bin/python" -m orderedstream.dev.shim build --quiet \
     || echo "bootstrap: WARNING: the JVM shim did not build; running without executor-sticky placement" >&2
 fi

@@ -1,11 +1,15 @@
 """Fenced, exactly-once Parquet output on any fsspec path (S3, local, ...).
 
-- ``sinks.commitlog``: the batch commit log (one exclusive record per batch; writer epochs).
-- ``sinks.writer``: executor-side bounded Parquet file writing (``write_parquet_files``).
-- ``sinks.table``: the committed view (live files, schema, pyarrow dataset, ``_spark_metadata``).
-- ``sinks.foreach``: ``FencedParquetBatchWriter`` for ``foreachBatch``.
-- ``sinks.datasource``: the ``fencedparquet`` streaming Python Data Source sink.
-- ``sinks.maintenance``: compaction and vacuum; ``sinks.cli``: ``python -m sinks``.
+- ``orderedstream.core.commitlog``: the batch commit log (one exclusive record per batch; writer
+  epochs).
+- ``orderedstream.sinks.writer``: executor-side bounded Parquet file writing
+  (``write_parquet_files``).
+- ``orderedstream.sinks.table``: the committed view (live files, schema, pyarrow dataset,
+  ``_spark_metadata``).
+- ``orderedstream.sinks.foreach``: ``FencedParquetBatchWriter`` for ``foreachBatch``.
+- ``orderedstream.sinks.datasource``: the ``fencedparquet`` streaming Python Data Source sink.
+- ``orderedstream.sinks.maintenance``: compaction and vacuum; ``orderedstream.sinks.cli``:
+  ``python -m orderedstream.sinks``.
 
 Table layout under the root URL::
 
@@ -20,7 +24,7 @@ that go through the records (``FencedTable``) or the Spark log see exactly the c
 rows; files no record lists are orphans for vacuum.
 """
 
-from sinks.commitlog import CommitLog, CommitRecord, Epoch
-from sinks.datafile import DataFile
+from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
+from orderedstream.core.datafile import DataFile
 
 __all__ = ["CommitLog", "CommitRecord", "DataFile", "Epoch"]

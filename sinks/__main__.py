@@ -1,7 +1,7 @@
-"""``python -m sinks``: see ``sinks.cli``."""
+"""``python -m orderedstream.sinks``: see ``orderedstream.sinks.cli``."""
 
 import sys
 
-from sinks.cli import main
+from orderedstream.sinks.cli import main
 
 sys.exit(main())

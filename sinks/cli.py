@@ -1,4 +1,4 @@
-"""``python -m sinks``: inspect and maintain a fenced Parquet table.
+"""``python -m orderedstream.sinks``: inspect and maintain a fenced Parquet table.
 
 Commands: ``batches`` (versions, batch ids, files, rows), ``files`` (live files), ``verify``
 (every live file exists with its recorded size), ``compact``, ``vacuum``.
@@ -12,20 +12,20 @@ import json
 import sys
 from typing import Any
 
-from sinks.options import parse_size
+from orderedstream.sinks.options import parse_size
 
 
 def _storage(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = json.loads(args.storage_options) if args.storage_options else {}
     if args.s3_endpoint:
-        from orderedstream.services.s3 import s3_storage_options
+        from orderedstream.dev.services.s3 import s3_storage_options
 
         options = {**s3_storage_options(args.s3_endpoint), **options}
     return options
 
 
 def _batches(args: argparse.Namespace) -> int:
-    from sinks.commitlog import CommitLog
+    from orderedstream.core.commitlog import CommitLog
 
     log = CommitLog(args.url, _storage(args))
     if log.latest_version() is None:
@@ -41,7 +41,7 @@ def _batches(args: argparse.Namespace) -> int:
 
 
 def _files(args: argparse.Namespace) -> int:
-    from sinks.table import FencedTable
+    from orderedstream.sinks.table import FencedTable
 
     snap = FencedTable(args.url, _storage(args)).snapshot()
     for f in sorted(snap.files, key=lambda f: f.path):
@@ -52,7 +52,7 @@ def _files(args: argparse.Namespace) -> int:
 
 def verify(url: str, storage_options: dict[str, Any] | None = None) -> list[str]:
     """Problems found: live files that are missing or whose size differs from the record."""
-    from sinks.table import FencedTable
+    from orderedstream.sinks.table import FencedTable
 
     table = FencedTable(url, storage_options)
     problems = []
@@ -76,7 +76,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    from sinks.maintenance import compact
+    from orderedstream.sinks.maintenance import compact
 
     result = compact(args.url, _storage(args), target_file_bytes=parse_size(
         "--target-file-size", args.target_file_size), min_files=args.min_files,
@@ -87,7 +87,7 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _vacuum(args: argparse.Namespace) -> int:
-    from sinks.maintenance import vacuum
+    from orderedstream.sinks.maintenance import vacuum
 
     result = vacuum(args.url, _storage(args), grace_seconds=args.grace_seconds,
                     dry_run=args.dry_run)
@@ -128,7 +128,7 @@ def _add_commands(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sinks", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m orderedstream.sinks", description=__doc__)
     _add_commands(parser)
     args = parser.parse_args(argv)
     return int(args.func(args))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orderedstream.errors import OptionError
+from orderedstream.core.errors import OptionError
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)

@@ -10,7 +10,7 @@ import base64
 
 import pyarrow as pa
 
-from orderedstream.errors import SchemaMismatchError
+from orderedstream.core.errors import SchemaMismatchError
 
 
 def encode_schema(schema: pa.Schema) -> str:

@@ -1,6 +1,7 @@
 """The committed view of a fenced Parquet table: live files, schema, readers, Spark's log.
 
-A snapshot replays the commit records (``sinks.commitlog``) up to a version: files added by
+A snapshot replays the commit records (``orderedstream.core.commitlog``) up to a version: files
+added by
 batches, minus files retired by compactions. Readers built from it (pyarrow dataset, pandas,
 DuckDB) see exactly the committed rows. ``_spark_metadata`` is derived from the same records,
 after them, so ``spark.read.parquet(<root>)`` agrees; it is never consulted as the truth.
@@ -18,12 +19,12 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+from orderedstream.sinks.schema import decode_schema
 
-from orderedstream import objectstore
-from orderedstream.errors import OrderedStreamError
-from sinks.commitlog import CommitLog, CommitRecord
-from sinks.datafile import DataFile
-from sinks.schema import decode_schema
+from orderedstream.core import storage
+from orderedstream.core.commitlog import CommitLog, CommitRecord
+from orderedstream.core.datafile import DataFile
+from orderedstream.core.errors import OrderedStreamError
 
 SPARK_LOG_DIR = "_spark_metadata"
 DEFAULT_COMPACT_INTERVAL = 10
@@ -113,7 +114,7 @@ class FencedTable:
         snap = self.snapshot(version)
         body = json.dumps({"version": version, "files": [f.to_dict() for f in snap.files]},
                           sort_keys=True).encode()
-        objectstore.create_exclusive(self.fs, self._checkpoint_path(version), body)
+        storage.create_exclusive(self.fs, self._checkpoint_path(version), body)
 
     def full_path(self, rel: str) -> str:
         return f"{self.root}/{rel}"
@@ -143,9 +144,9 @@ class FencedTable:
         # Hadoop reads these as URIs: escape what Path.toUri() would (%, space, ...), so an
         # escaped partition value such as p=a%2Fb survives the round trip.
         path = quote(self.full_path(rel), safe="/=:@!$&'()*+,;-._~")
-        if objectstore.is_s3(self.fs):
+        if storage.is_s3(self.fs):
             return f"s3a://{path}"
-        if objectstore.is_local(self.fs):
+        if storage.is_local(self.fs):
             return f"file://{path}"
         proto = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         return f"{proto}://{path}"
@@ -221,7 +222,7 @@ class FencedTable:
                 lines = [self._spark_entry(f, record.created_at) for f in record.files]
                 name = str(version)
             body = "\n".join(["v1", *lines]).encode()
-            objectstore.create_exclusive(self.fs, f"{self.root}/{SPARK_LOG_DIR}/{name}", body)
+            storage.create_exclusive(self.fs, f"{self.root}/{SPARK_LOG_DIR}/{name}", body)
             if compact:
                 self.write_checkpoint(version)
             written += 1

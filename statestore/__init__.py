@@ -2,7 +2,7 @@
 
 Usage::
 
-    from statestore import StateLocation, StateStore, EMPTY_VERSION
+    from orderedstream.statestore import StateLocation, StateStore, EMPTY_VERSION
 
     store = StateStore(StateLocation("s3://lake/state/q1", {"endpoint_url": ...}))
     with store.open(partition=0, version=EMPTY_VERSION) as part:
@@ -11,7 +11,8 @@ Usage::
     with store.open(0, version=0) as part:  # any machine: restores from the URL
         assert part.get("user-1") == {"clicks": 3}
 
-Contract in ``statestore.base``; RocksDB backend in ``statestore.rocksdb``; snapshot upload,
+Contract in ``orderedstream.statestore.base``; RocksDB backend in
+``orderedstream.statestore.rocksdb``; snapshot upload,
 restore, manifests, retention, codecs and TTL in their own modules.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from statestore.base import (
+from orderedstream.statestore.base import (
     DEFAULT_SPACE,
     EMPTY_VERSION,
     Codec,
@@ -31,15 +32,21 @@ from statestore.base import (
     StateStoreBase,
     VersionIndex,
 )
-from statestore.codecs import BytesCodec, JsonCodec, PickleCodec, SchemaCodec, codec_from_spec
-from statestore.index import PointerVersionIndex
-from statestore.options import StateLocation, StateStoreOptions
+from orderedstream.statestore.codecs import (
+    BytesCodec,
+    JsonCodec,
+    PickleCodec,
+    SchemaCodec,
+    codec_from_spec,
+)
+from orderedstream.statestore.index import PointerVersionIndex
+from orderedstream.statestore.options import StateLocation, StateStoreOptions
 
 
 def __getattr__(name: str) -> Any:
     # StateStore pulls in rocksdict; import it on first use so light imports stay light.
     if name == "StateStore":
-        from statestore.store import StateStore
+        from orderedstream.statestore.store import StateStore
 
         return StateStore
     raise AttributeError(name)

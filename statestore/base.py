@@ -14,7 +14,7 @@ micro-batch id. The life of one batch on one partition::
 partition writes is visible to anyone until the version is published; a candidate that is never
 published is garbage, collected by retention.
 
-This module has no RocksDB in it: ``statestore.rocksdb`` implements it.
+This module has no RocksDB in it: ``orderedstream.statestore.rocksdb`` implements it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Codec(Protocol):
 
     ``spec()`` is a JSON-able description stored in every manifest, so a reader that never
     saw the writer's code (``spark.read.format("rocksstate")``) can rebuild the codec with
-    ``statestore.codecs.codec_from_spec``.
+    ``orderedstream.statestore.codecs.codec_from_spec``.
     """
 
     name: str
@@ -132,7 +132,8 @@ class CommitCandidate:
 class VersionIndex(Protocol):
     """Which candidate manifest *is* version N of partition P. Pluggable.
 
-    The default (``statestore.index.PointerVersionIndex``) keeps one pointer object per
+    The default (``orderedstream.statestore.index.PointerVersionIndex``) keeps one pointer object
+    per
     (partition, version), created exclusively. The ordered stage supplies an index backed by
     the sink's batch commit record instead, where ``publish`` may be a no-op because the driver
     publishes by writing the record. Implementations must be picklable.

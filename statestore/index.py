@@ -1,7 +1,7 @@
 """The default ``VersionIndex``: one pointer object per (partition, version), created exclusively.
 
 ``p=<P>/versions/<N>.json`` holds the manifest path of version N. Creating it is the publish
-step (S3 ``If-None-Match: *``, local ``O_EXCL`` via ``orderedstream.objectstore``): of two
+step (S3 ``If-None-Match: *``, local ``O_EXCL`` via ``orderedstream.core.storage``): of two
 attempts for the same batch exactly one wins; the other gets ``CommitConflictError``.
 """
 
@@ -11,10 +11,11 @@ import json
 import time
 from typing import Any
 
-from orderedstream.errors import CommitConflictError, CorruptStateError
-from orderedstream.objectstore import create_exclusive
-from statestore.base import CommitCandidate
-from statestore.options import StateLocation
+from orderedstream.statestore.base import CommitCandidate
+from orderedstream.statestore.options import StateLocation
+
+from orderedstream.core.errors import CommitConflictError, CorruptStateError
+from orderedstream.core.storage import create_exclusive
 
 POINTER_DIR = "versions"
 

@@ -2,7 +2,8 @@
 
 SST files are referenced by remote name (shared between versions); the few small non-SST
 files (CURRENT, MANIFEST-*, OPTIONS-*, ...) are inlined when small. In changelog mode
-(``statestore.rocksdb.changelog``) ``files`` is the last full checkpoint and ``changelog`` the
+(``orderedstream.statestore.rocksdb.changelog``) ``files`` is the last full checkpoint and
+``changelog`` the
 per-version write logs replayed on top of it, oldest first. The manifest also records key
 counts, the codec of each state space (so any reader can decode) and who wrote it.
 """
@@ -16,10 +17,11 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orderedstream.errors import CorruptStateError
+from orderedstream.core.errors import CorruptStateError
 
 FORMAT = 3
-"""Written by this version: values may be stored without a frame (``statestore.ttl``), so
+"""Written by this version: values may be stored without a frame
+(``orderedstream.statestore.ttl``), so
 readers that predate it refuse these manifests by number instead of misreading values."""
 CHANGELOG_FORMAT = 2
 """Manifests with a changelog chain, all values framed (read as before)."""

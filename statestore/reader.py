@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from orderedstream.statestore import ttl as ttl_mod
+from orderedstream.statestore.codecs import SchemaCodec, codec_from_spec
+from orderedstream.statestore.options import StateLocation, StateStoreOptions
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from orderedstream.errors import OptionError, StateNotFoundError
-from statestore import ttl as ttl_mod
-from statestore.codecs import SchemaCodec, codec_from_spec
-from statestore.options import StateLocation, StateStoreOptions
+from orderedstream.core.errors import OptionError, StateNotFoundError
 
 BATCH_ROWS = 8192
 
@@ -74,7 +74,7 @@ class RockStateReadOptions:
                    space=opts.get("space") or None, raw=opts)
 
     def store(self) -> Any:
-        from statestore.store import StateStore
+        from orderedstream.statestore.store import StateStore
 
         return StateStore(self.location, self.store_options)
 

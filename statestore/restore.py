@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from orderedstream.errors import CorruptStateError
-from statestore.manifest import FileEntry, Manifest
-from statestore.snapshot import sha256_file, transfer
+from orderedstream.statestore.manifest import FileEntry, Manifest
+from orderedstream.statestore.snapshot import sha256_file, transfer
+
+from orderedstream.core.errors import CorruptStateError
 
 
 @dataclass

@@ -6,7 +6,8 @@ Only artifacts of versions ``<= latest published`` are touched: a higher-numbere
 may belong to an attempt still running, so it is left for a later cleanup.
 
 ``artifact_of`` and ``unreferenced`` are shared with the ordered stage's commit-log-driven
-retention (``statestore.ordered.retention``), which decides what is retained differently.
+retention (``orderedstream.statestore.ordered.retention``), which decides what is retained
+differently.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from statestore.base import VersionIndex
-from statestore.manifest import read_manifest
-from statestore.options import StateLocation
+from orderedstream.statestore.base import VersionIndex
+from orderedstream.statestore.manifest import read_manifest
+from orderedstream.statestore.options import StateLocation
 
 ARTIFACT_DIRS = {"manifests": "manifests", "sst": "files"}
 """Partition sub-directory -> the kind of artifact it holds (as counted by retention)."""

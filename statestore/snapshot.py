@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from statestore.manifest import FileEntry
+from orderedstream.statestore.manifest import FileEntry
 
 INLINE_LIMIT = 1 << 20
 

@@ -13,15 +13,21 @@ import time
 import uuid
 from typing import Any
 
-from orderedstream.errors import OptionError, StateNotFoundError
-from statestore.base import EMPTY_VERSION, CommitCandidate, StateStoreBase, VersionIndex
-from statestore.index import PointerVersionIndex
-from statestore.manifest import Manifest, read_manifest
-from statestore.options import StateLocation, StateStoreOptions
-from statestore.restore import assemble, cache_name, fetch
-from statestore.retention import cleanup_partition
-from statestore.rocksdb.localcopy import CopyState, LocalCopy
-from statestore.rocksdb.partition import RocksDBStatePartition
+from orderedstream.statestore.base import (
+    EMPTY_VERSION,
+    CommitCandidate,
+    StateStoreBase,
+    VersionIndex,
+)
+from orderedstream.statestore.index import PointerVersionIndex
+from orderedstream.statestore.manifest import Manifest, read_manifest
+from orderedstream.statestore.options import StateLocation, StateStoreOptions
+from orderedstream.statestore.restore import assemble, cache_name, fetch
+from orderedstream.statestore.retention import cleanup_partition
+from orderedstream.statestore.rocksdb.localcopy import CopyState, LocalCopy
+from orderedstream.statestore.rocksdb.partition import RocksDBStatePartition
+
+from orderedstream.core.errors import OptionError, StateNotFoundError
 
 _log = logging.getLogger("statestore")
 
@@ -78,7 +84,7 @@ class StateStore(StateStoreBase):
 
     def open(self, partition: int, version: int, *,
              writer: str | None = None) -> RocksDBStatePartition:
-        from statestore.base import RestoreMetrics
+        from orderedstream.statestore.base import RestoreMetrics
 
         self._check_partition(partition)
         if not isinstance(version, int) or version < EMPTY_VERSION:
@@ -134,9 +140,9 @@ class StateStore(StateStoreBase):
         assemble(manifest, cache_dir, db_dir, location_url=self.location.url)
         if not manifest.changelog:
             return
-        from statestore.rocksdb.changelog import replay
-        from statestore.rocksdb.options import make_options
-        from statestore.rocksdb.partition import open_rdict
+        from orderedstream.statestore.rocksdb.changelog import replay
+        from orderedstream.statestore.rocksdb.options import make_options
+        from orderedstream.statestore.rocksdb.partition import open_rdict
 
         db = open_rdict(db_dir, self.options, read_only=False)
         families: dict[str, tuple[Any, Any]] = {}
@@ -171,7 +177,7 @@ class StateStore(StateStoreBase):
 
     def open_read_only(self, partition: int,
                        version: int | None = None) -> RocksDBStatePartition:
-        from statestore.codecs import codec_from_spec
+        from orderedstream.statestore.codecs import codec_from_spec
 
         self._check_partition(partition)
         if version is None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from orderedstream.services.kafka import KafkaBroker
-from orderedstream.services.s3 import S3Server
-from orderedstream.services.spark import SparkStandaloneCluster, local_spark_session
+from orderedstream.dev.services.kafka import KafkaBroker
+from orderedstream.dev.services.s3 import S3Server
+from orderedstream.dev.services.spark import SparkStandaloneCluster, local_spark_session
 
 _counter = itertools.count()
 
@@ -95,9 +95,10 @@ def topic(kafka: KafkaBroker) -> Callable[..., str]:
 def _s3a_jars_conf() -> dict[str, str]:
     """hadoop-aws on the local session's classpath, so tests can ``spark.read`` ``s3a://``
     (endpoint settings go on the running session's hadoopConfiguration, see
-    ``orderedstream.services.spark.s3a_conf``). Without Maven the session starts without them."""
-    from orderedstream.errors import ServiceError
-    from orderedstream.services.jars import hadoop_aws_jars
+    ``orderedstream.dev.services.spark.s3a_conf``). Without Maven the session starts without
+    them."""
+    from orderedstream.core.errors import ServiceError
+    from orderedstream.dev.services.jars import hadoop_aws_jars
 
     try:
         return {"spark.jars": ",".join(hadoop_aws_jars())}

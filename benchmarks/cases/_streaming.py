@@ -60,7 +60,7 @@ def kafka_connector_jars() -> list[str]:
     """
     import pyspark
 
-    from orderedstream.services.jars import cache_root, spark_kafka_connector_jars
+    from orderedstream.dev.services.jars import cache_root, spark_kafka_connector_jars
 
     major = pyspark.__version__.split(".")[0]
     exact = sorted(cache_root().glob(f"spark-sql-kafka-{pyspark.__version__}-tp*/.complete"))
@@ -81,7 +81,7 @@ def spark_session(app: str, tmp_dir: Path, partitions: int,
     chunk-signed ones). Spark's stateful operators use the RocksDB state store provider and
     ``partitions`` shuffle partitions; every batch's progress is kept for batch durations.
     """
-    from orderedstream.services.spark import local_spark_session
+    from orderedstream.dev.services.spark import local_spark_session
 
     settings = {
         "spark.sql.streaming.stateStore.providerClass":
@@ -92,9 +92,9 @@ def spark_session(app: str, tmp_dir: Path, partitions: int,
     }
     jars: list[str] = list(kafka_jars or [])
     if s3a_endpoint:
-        from orderedstream.services.jars import hadoop_aws_jars
-        from orderedstream.services.s3 import ACCESS_KEY, SECRET_KEY
-        from orderedstream.services.spark import s3a_conf
+        from orderedstream.dev.services.jars import hadoop_aws_jars
+        from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
+        from orderedstream.dev.services.spark import s3a_conf
 
         jars += hadoop_aws_jars()
         settings.update(s3a_conf(s3a_endpoint, ACCESS_KEY, SECRET_KEY))

@@ -1,6 +1,7 @@
 """End to end: the main job vs the same pipeline written with Spark's built-ins.
 
-Ours is ``orderedstream.job`` as shipped (``start_job``): ``orderedkafka`` -> ``OrderedStateful``
+Ours is ``orderedstream.app.job`` as shipped (``start_job``): ``orderedkafka`` ->
+``OrderedStateful``
 running ``SessionLogic`` (capture-session rebuild, job/sessions.py) -> fenced Parquet on S3,
 state on S3. Spark's reads the same topics with ``format("kafka")`` (connector jars from Maven
 Central), groups by the Kafka key with ``applyInPandasWithState`` (RocksDB state store provider)
@@ -76,7 +77,7 @@ class SparkGroupStateAdapter:
         self._value = None
 
     def set_timeout_duration(self, duration: Any) -> None:
-        from statestore.ordered.timeouts import parse_duration_ms
+        from orderedstream.statestore.ordered.timeouts import parse_duration_ms
 
         self._timeout_ms = parse_duration_ms(duration, "timeout")
 
@@ -96,7 +97,7 @@ def spark_sessions_func(key: Any, frames: Any, state: Any) -> Any:
     in offset order (sessions stay in one Kafka partition, so offset order is their order)."""
     import pandas as pd
 
-    from orderedstream.job.sessions import OUTPUT_SCHEMA, SessionLogic
+    from orderedstream.app.job.sessions import OUTPUT_SCHEMA, SessionLogic
 
     logic = SessionLogic(SNAPSHOT_EVERY, IDLE_TIMEOUT)
     adapter = SparkGroupStateAdapter(state)
@@ -148,7 +149,7 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
 
 def _run_ours(spark: Any, ctx: CaseContext, params: dict[str, Any], work: Path,
               ) -> dict[str, Any]:
-    from orderedstream.job.pipeline import JobOptions, start_job
+    from orderedstream.app.job.pipeline import JobOptions, start_job
 
     opts = JobOptions(bootstrap=ctx.bootstrap, output=params["ours_output"],
                       state_location=params["ours_state"], checkpoint=str(work / "cp-ours"),
@@ -191,7 +192,7 @@ def _spark_rows(work: Path) -> list[dict[str, Any]]:
 
 
 def _verify(rows: list[dict[str, Any]], reference: tuple[Any, Any, Any]) -> dict[str, Any]:
-    from orderedstream.job.verify import compare
+    from orderedstream.app.job.verify import compare
 
     changes, dead, final = reference
     final_rows = [{**r, "values": json.loads(r["values"])} for r in rows
@@ -207,9 +208,10 @@ def _digest(rows: list[dict[str, Any]]) -> Counter:
 
 def run(ctx: CaseContext) -> list[Result]:
     """benchmarks.run case: generate sessions once, run both engines, verify, compare."""
-    from orderedstream.job.generator import GeneratorOptions, generate
-    from orderedstream.job.verify import expected_from_topics, read_topics
-    from sinks.table import FencedTable
+    from orderedstream.sinks.table import FencedTable
+
+    from orderedstream.app.job.generator import GeneratorOptions, generate
+    from orderedstream.app.job.verify import expected_from_topics, read_topics
 
     records_wanted = ctx.scale.get("e2e_records", 200_000)
     topics, per_topic = 4, 2

@@ -185,7 +185,7 @@ def engine_main(engine: str, ctx: Any, params: dict[str, Any]) -> dict[str, Any]
 def _start(engine: str, spark: Any, source: Any, work: Path) -> tuple[Any, Any]:
     """Start ``engine``'s query; returns it and a function giving (output rows, violations)."""
     if engine in OURS:
-        from statestore.ordered import OrderedStateful
+        from orderedstream.statestore.ordered import OrderedStateful
 
         proc = OrderedStateful(check_order, state_location=f"file://{work}/state",
                                output=f"file://{work}/out", output_schema=OUTPUT_DDL,
@@ -365,10 +365,9 @@ def profile_executor(records: int, keys: int, all_columns: bool, top: int = 15) 
     import pstats
 
     import pyarrow as pa
-
-    from statestore.ordered import OrderedStateful
-    from statestore.ordered.plan import BatchPlan
-    from statestore.ordered.runner import OrderedTask
+    from orderedstream.statestore.ordered import OrderedStateful
+    from orderedstream.statestore.ordered.plan import BatchPlan
+    from orderedstream.statestore.ordered.runner import OrderedTask
 
     schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                         ("partition", pa.int32()), ("offset", pa.int64()),
@@ -436,7 +435,7 @@ def main() -> None:
         parser.error(f"unknown engine(s) {unknown}; accepted: {', '.join(ENGINES)}")
 
     from benchmarks.common import CaseContext
-    from orderedstream.services.kafka import KafkaBroker
+    from orderedstream.dev.services.kafka import KafkaBroker
 
     work = Path(tempfile.mkdtemp(prefix="ordered-bench-"))
     broker = KafkaBroker(work / "kafka").start()

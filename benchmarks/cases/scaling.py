@@ -41,8 +41,8 @@ def fill_partition(partition: int, keys: int, url: str, storage_options: dict[st
                    ) -> float:
     """Executor side: put ``keys`` keys into state partition ``partition`` and commit it;
     returns the task's seconds."""
-    from statestore import EMPTY_VERSION, BytesCodec, StateLocation, StateStoreOptions
-    from statestore.store import StateStore
+    from orderedstream.statestore import EMPTY_VERSION, BytesCodec, StateLocation, StateStoreOptions
+    from orderedstream.statestore.store import StateStore
 
     started = time.perf_counter()
     local = tempfile.mkdtemp(prefix=f"scale-store-{partition}-")
@@ -67,8 +67,9 @@ def _source(spark: Any, ctx: CaseContext, topic: str, work: Path) -> dict[str, A
 
 def _ordered(spark: Any, ctx: CaseContext, topic: str, work: Path, tag: str,
              ) -> dict[str, Any]:
+    from orderedstream.statestore.ordered import OrderedStateful
+
     from benchmarks.cases.ordered import check_order
-    from statestore.ordered import OrderedStateful
 
     base = ctx.s3_url("bench-scaling", tag)
     checkpoint = tempfile.mkdtemp(prefix="cp-ordered-", dir=work)
@@ -135,7 +136,7 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
         finally:
             spark.stop()
         return out
-    from orderedstream.services.spark import SparkStandaloneCluster
+    from orderedstream.dev.services.spark import SparkStandaloneCluster
 
     cluster = SparkStandaloneCluster(work / "cluster", workers=max(EXECUTOR_POINTS),
                                      cores=1).start()

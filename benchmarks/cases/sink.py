@@ -47,8 +47,8 @@ def _run(spark: Any, ctx: CaseContext, source: Path, kind: str) -> tuple[float, 
     """One AvailableNow run; returns (rows/s, MB/s of Parquet written)."""
     import json
 
-    from sinks.foreach import FencedParquetBatchWriter
-    from sinks.table import FencedTable
+    from orderedstream.sinks.foreach import FencedParquetBatchWriter
+    from orderedstream.sinks.table import FencedTable
 
     name = f"bench-sink-{kind}-{time.time_ns()}"
     url = ctx.s3_url(name)
@@ -77,11 +77,11 @@ def _run(spark: Any, ctx: CaseContext, source: Path, kind: str) -> tuple[float, 
 
 def _commit_latency(ctx: CaseContext, repeats: int = 30) -> list[float]:
     import pyarrow as pa
+    from orderedstream.sinks.commit import check_schema, publish_batch
+    from orderedstream.sinks.options import FencedParquetOptions
 
-    from sinks.commit import check_schema, publish_batch
-    from sinks.commitlog import CommitLog
-    from sinks.datafile import DataFile
-    from sinks.options import FencedParquetOptions
+    from orderedstream.core.commitlog import CommitLog
+    from orderedstream.core.datafile import DataFile
 
     url = ctx.s3_url(f"bench-commit-{time.time_ns()}")
     options = FencedParquetOptions.from_mapping({"path": url,
@@ -101,10 +101,11 @@ def _commit_latency(ctx: CaseContext, repeats: int = 30) -> list[float]:
 
 
 def run(ctx: CaseContext) -> list[Result]:
-    from orderedstream.services.jars import hadoop_aws_jars
-    from orderedstream.services.s3 import ACCESS_KEY, SECRET_KEY
-    from orderedstream.services.spark import local_spark_session, s3a_conf
-    from sinks.datasource import FencedParquetDataSource
+    from orderedstream.sinks.datasource import FencedParquetDataSource
+
+    from orderedstream.dev.services.jars import hadoop_aws_jars
+    from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
+    from orderedstream.dev.services.spark import local_spark_session, s3a_conf
 
     source = Path(tempfile.mkdtemp(prefix="bench-sink-in-"))
     rows = _make_input(source, ctx.scale["rows"])

@@ -49,8 +49,8 @@ def _read_once(spark, fmt: str, ctx: CaseContext, topic: str) -> float:
 
 
 def run(ctx: CaseContext) -> list[Result]:
-    from orderedstream.services.jars import spark_kafka_connector_jars
-    from orderedstream.services.spark import local_spark_session
+    from orderedstream.dev.services.jars import spark_kafka_connector_jars
+    from orderedstream.dev.services.spark import local_spark_session
 
     records, partitions = ctx.scale["records"], ctx.scale["partitions"]
     topic = f"bench-source-{int(time.time())}"

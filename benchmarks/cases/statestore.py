@@ -18,7 +18,8 @@ same counting by hand (a ``get`` before each ``put``, a MultiGet before each Wri
 other row is against plain rocksdict (a read-modify-write knows presence from its read). Each
 row's ``extra`` also gives the ratio to plain rocksdict (``vs_plain_rocksdict``).
 
-Both sides get the same RocksDB tuning (``statestore.rocksdb.options.make_options``: block
+Both sides get the same RocksDB tuning (``orderedstream.statestore.rocksdb.options.make_options``:
+block
 cache, write buffer manager, bloom filters, lz4) and WAL off. Operations: ``put_many`` (new
 keys, WriteBatches of 10,000, both sides fed the same ``(key, value)`` pairs), ``put`` (blind
 overwrite), ``get``, ``multi_get`` (1,000 keys a call) and ``get+put`` (read-modify-write, what
@@ -44,11 +45,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import rocksdict
+from orderedstream.statestore import (
+    EMPTY_VERSION,
+    BytesCodec,
+    PickleCodec,
+    StateLocation,
+    StateStoreOptions,
+)
+from orderedstream.statestore.rocksdb.options import make_options, write_options
+from orderedstream.statestore.store import StateStore
 
 from benchmarks.common import CaseContext, Result, peak_rss_mb
-from statestore import EMPTY_VERSION, BytesCodec, PickleCodec, StateLocation, StateStoreOptions
-from statestore.rocksdb.options import make_options, write_options
-from statestore.store import StateStore
 
 OPS = ("put_many", "put", "get", "multi_get", "get+put")
 TARGET = 0.9  # ours / rocksdict >= 0.9: at most 10% overhead
@@ -451,7 +458,7 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="statestore-bench-")
     location: Any
     if args.s3_endpoint:
-        from orderedstream.services.s3 import s3_storage_options
+        from orderedstream.dev.services.s3 import s3_storage_options
 
         location = StateLocation(f"s3://lake/bench-state/{int(time.time())}",
                                  s3_storage_options(args.s3_endpoint))

@@ -6,12 +6,13 @@ micro-batch run through a user function in offset order on the executors (one na
 timeouts, Parquet output and state versions published together in one exclusive commit
 record per batch: a replayed batch is skipped, output and state never disagree. State older
 than the last ``keep_batches`` records is deleted every ``cleanup_interval_batches`` batches
-(``statestore.ordered.retention``); ``BatchResult.output_df()`` returns a batch's committed rows
-as a DataFrame for another sink (``statestore.ordered.output``).
+(``orderedstream.statestore.ordered.retention``); ``BatchResult.output_df()`` returns a batch's
+committed rows
+as a DataFrame for another sink (``orderedstream.statestore.ordered.output``).
 
-    from statestore.ordered import OrderedStateful, ProcessingTimeTimeout
+    from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
-See ``statestore.ordered.processor`` for a full example.
+See ``orderedstream.statestore.ordered.processor`` for a full example.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from statestore.ordered.group_state import NO_TIMESTAMP, GroupState
-from statestore.ordered.options import OrderedOptions
-from statestore.ordered.plan import BatchPlan, PartitionBase, PartitionCommit
-from statestore.ordered.timeouts import (
+from orderedstream.statestore.ordered.group_state import NO_TIMESTAMP, GroupState
+from orderedstream.statestore.ordered.options import OrderedOptions
+from orderedstream.statestore.ordered.plan import BatchPlan, PartitionBase, PartitionCommit
+from orderedstream.statestore.ordered.timeouts import (
     EventTimeTimeout,
     NoTimeout,
     ProcessingTimeTimeout,
@@ -30,8 +31,12 @@ from statestore.ordered.timeouts import (
 )
 
 if TYPE_CHECKING:
-    from statestore.ordered.processor import BatchResult, OrderedStateful, to_arrow_schema
-    from statestore.ordered.retention import RetentionPolicy, RetentionResult
+    from orderedstream.statestore.ordered.processor import (
+        BatchResult,
+        OrderedStateful,
+        to_arrow_schema,
+    )
+    from orderedstream.statestore.ordered.retention import RetentionPolicy, RetentionResult
 
 # Driver-side parts load on first use: executor tasks import this package for the runner, and
 # the driver's modules pull in the sink's table reader (pyarrow.dataset, pandas): about 0.35 s

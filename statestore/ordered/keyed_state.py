@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from statestore.base import StatePartition
+from orderedstream.statestore.base import StatePartition
 
 STATE_SPACE = "ordered_state"
 TIMEOUT_SPACE = "ordered_timeouts"

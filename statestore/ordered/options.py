@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
-
-from orderedstream.errors import OptionError
-from statestore.ordered.placement import PLACEMENT_MODES
-from statestore.ordered.timeouts import (
+from orderedstream.statestore.ordered.placement import PLACEMENT_MODES
+from orderedstream.statestore.ordered.timeouts import (
     EventTimeTimeout,
     NoTimeout,
     ProcessingTimeTimeout,
     Timeout,
 )
+
+from orderedstream.core.errors import OptionError
 
 KAFKA_COLUMNS = ("topic", "partition", "offset")
 
@@ -42,11 +42,13 @@ class OrderedOptions:
     - ``max_cached_keys``: decoded state entries kept per task before a flush (memory bound).
     - ``output_batch_rows``: output rows buffered before an Arrow batch goes to the writer.
     - ``storage_options``: fsspec options for both URLs (e.g. s3fs endpoint and keys).
-    - ``writer_options``: extra keyword options of ``sinks.writer`` (file size, compression).
+    - ``writer_options``: extra keyword options of ``orderedstream.sinks.writer`` (file size,
+      compression).
     - ``store_options``: extra ``StateStoreOptions`` fields (``local_dir``, cache sizes).
     - ``checkpoint_location``: the streaming query's ``checkpointLocation`` (local path or
       fsspec URL, read with ``storage_options`` unless local). With it, each batch's tasks
-      prefer the executor holding their partition's state (``statestore.ordered.placement``).
+      prefer the executor holding their partition's state
+      (``orderedstream.statestore.ordered.placement``).
     - ``placement``: ``"auto"`` (place when the checkpoint is known, the JVM shim is loaded
       and the session runs on a cluster) or ``"off"`` (Spark's own placement).
     """

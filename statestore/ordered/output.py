@@ -23,7 +23,7 @@ Two engines, same rows:
   in bounded Arrow batches; Hive partition columns come back typed from the table schema.
 - ``"spark"``: Spark's own Parquet reader on the files' Hadoop URIs (``s3://`` becomes
   ``s3a://`` as in ``FencedTable.spark_uri``); needs hadoop-aws and ``fs.s3a.*`` settings on
-  the session for S3 (``orderedstream.services.spark.s3a_conf``), gives column pruning.
+  the session for S3 (``orderedstream.dev.services.spark.s3a_conf``), gives column pruning.
 
 Files a later compaction retired stay readable until ``vacuum`` removes them (after its grace
 period); past that, batch N's own rows no longer exist separately and the call says so.
@@ -35,12 +35,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import pyarrow as pa
+from orderedstream.sinks.schema import decode_schema, spark_to_arrow
+from orderedstream.sinks.table import FencedTable
 
-from orderedstream.errors import OptionError, OrderedStreamError
-from sinks.commitlog import CommitLog, CommitRecord
-from sinks.datafile import DataFile
-from sinks.schema import decode_schema, spark_to_arrow
-from sinks.table import FencedTable
+from orderedstream.core.commitlog import CommitLog, CommitRecord
+from orderedstream.core.datafile import DataFile
+from orderedstream.core.errors import OptionError, OrderedStreamError
 
 ENGINES = ("arrow", "spark")
 READ_BATCH_ROWS = 8_192

@@ -3,7 +3,7 @@
 Executor side, :func:`executor_id` / :func:`spark_executor_id` say which executor runs a task.
 
 Driver side, :class:`StatePlacement` makes each Kafka partition's task prefer the executor that
-committed that partition's state last (through the JVM shim, ``orderedstream.shim.Placement``),
+committed that partition's state last (through the JVM shim, ``orderedstream.core.jvm.Placement``),
 so its local RocksDB copy is reused instead of restored from the object store.
 
 The state partition of Spark input partition ``i`` is a Kafka topic-partition chosen by the
@@ -64,7 +64,7 @@ def spark_executor_id() -> str | None:
     """Executor side: Spark's own id of this task's executor (e.g. ``"1"``) when the task
     belongs to a stage placed by the shim, else None. It is what the driver's placement
     remembers per state partition."""
-    from orderedstream.shim import task_executor_id
+    from orderedstream.core.jvm import task_executor_id
 
     return task_executor_id()
 
@@ -118,9 +118,9 @@ def kafka_partition_order(checkpoint: str, batch_id: int,
     Raises :class:`OffsetLogMismatch` when that cannot be known for sure (first batch without
     a previous entry, several sources, an offset that is not orderedkafka's).
     """
-    from python_datasource.offsets import KafkaSourceOffset
-    from python_datasource.planning import plan_ranges
-    from statestore.ordered.plan import partition_id
+    from orderedstream.python_datasource.offsets import KafkaSourceOffset
+    from orderedstream.python_datasource.planning import plan_ranges
+    from orderedstream.statestore.ordered.plan import partition_id
 
     fs, root = _filesystem(checkpoint, storage_options or {})
     end_path = f"{root}/offsets/{batch_id}"
@@ -198,7 +198,7 @@ class StatePlacement:
         if self.mode == "off" or self.checkpoint_location is None:
             return None
         if self._session is not spark:
-            from orderedstream.shim import Placement
+            from orderedstream.core.jvm import Placement
 
             self._session, self._placement = spark, Placement(spark)
         placement = self._placement

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from statestore.base import EMPTY_VERSION
+from orderedstream.statestore.base import EMPTY_VERSION
 
 EXTRA_KEY = "ordered_state"
 FORMAT = 1

@@ -39,24 +39,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
-
-from orderedstream.errors import (
-    CommitConflictError,
-    CorruptStateError,
-    OptionError,
-    OrderViolationError,
-    StateNotFoundError,
-)
-from python_datasource.ranges import is_range_columns
-from sinks.commitlog import CommitLog, CommitRecord, Epoch
-from sinks.options import FencedParquetOptions
-from sinks.schema import encode_schema, spark_to_arrow
-from sinks.table import FencedTable
-from statestore.ordered.keyed_state import STATE_SPACE, decode_key
-from statestore.ordered.options import OrderedOptions
-from statestore.ordered.output import batch_output_df
-from statestore.ordered.placement import StatePlacement
-from statestore.ordered.plan import (
+from orderedstream.python_datasource.ranges import is_range_columns
+from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.sinks.schema import encode_schema, spark_to_arrow
+from orderedstream.sinks.table import FencedTable
+from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, decode_key
+from orderedstream.statestore.ordered.options import OrderedOptions
+from orderedstream.statestore.ordered.output import batch_output_df
+from orderedstream.statestore.ordered.placement import StatePlacement
+from orderedstream.statestore.ordered.plan import (
     BatchPlan,
     PartitionBase,
     PartitionCommit,
@@ -66,18 +57,27 @@ from statestore.ordered.plan import (
     partition_id,
     split_partition_id,
 )
-from statestore.ordered.retention import (
+from orderedstream.statestore.ordered.retention import (
     DEFAULT_CLEANUP_INTERVAL_BATCHES,
     OrderedRetention,
     RetentionPolicy,
     RetentionResult,
 )
-from statestore.ordered.runner import COMMIT_SCHEMA, OrderedTask, UserFunction
-from statestore.ordered.state_access import open_store
-from statestore.ordered.state_access import store_options as state_store_options
-from statestore.ordered.timeouts import NoTimeout, Timeout
+from orderedstream.statestore.ordered.runner import COMMIT_SCHEMA, OrderedTask, UserFunction
+from orderedstream.statestore.ordered.state_access import open_store
+from orderedstream.statestore.ordered.state_access import store_options as state_store_options
+from orderedstream.statestore.ordered.timeouts import NoTimeout, Timeout
 
-_log = logging.getLogger("statestore.ordered")
+from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
+from orderedstream.core.errors import (
+    CommitConflictError,
+    CorruptStateError,
+    OptionError,
+    OrderViolationError,
+    StateNotFoundError,
+)
+
+_log = logging.getLogger("orderedstream.statestore.ordered")
 
 DEFAULT_ROW_GROUP_ROWS = 131_072
 
@@ -156,7 +156,8 @@ class BatchResult:
         """The rows this batch committed, as a Spark DataFrame read from exactly the files its
         commit record lists; the same rows when the batch was a skipped replay. Forward them
         to another sink inside ``foreachBatch``; that sink must dedupe by batch id, since a
-        replay returns them again (see ``statestore.ordered.output``). ``spark`` defaults to
+        replay returns them again (see ``orderedstream.statestore.ordered.output``). ``spark``
+        defaults to
         the active session."""
         if self.processor is None:
             raise OptionError("this BatchResult was built without its OrderedStateful; use "
@@ -182,7 +183,8 @@ class OrderedStateful:
     ``checkpoint_location`` (the query's ``checkpointLocation``) with ``placement="auto"`` makes
     each Kafka partition's task prefer the executor that committed its state last, so its local
     state copy is reused instead of restored (needs the JVM shim and a cluster; see
-    ``statestore.ordered.placement``). ``BatchResult.restores`` / ``bytes_downloaded`` count
+    ``orderedstream.statestore.ordered.placement``). ``BatchResult.restores`` /
+    ``bytes_downloaded`` count
     what each batch restored from the object store either way.
 
     State retention follows the commit log: ``keep_batches`` (default: the store option
@@ -190,7 +192,8 @@ class OrderedStateful:
     of the latest batch records keep their state versions; after every
     ``cleanup_interval_batches``-th batch (default 10; None: never automatically) the driver
     deletes older manifests/SSTs and orphans of failed attempts (``cleanup_state``,
-    ``statestore.ordered.retention``). ``BatchResult.output_df()`` / ``batch_output`` give the
+    ``orderedstream.statestore.ordered.retention``). ``BatchResult.output_df()`` / ``batch_output``
+    give the
     rows a batch committed as a DataFrame, to forward to another sink.
     """
 
@@ -276,7 +279,8 @@ class OrderedStateful:
         """Delete state no longer needed: keep the versions named by the last
         ``keep_batches`` batch records (default: the processor's), delete older manifests and
         SST files and orphans of failed attempts up to the latest committed batch. Safe beside
-        a running query (see ``statestore.ordered.retention``). Returns what it did."""
+        a running query (see ``orderedstream.statestore.ordered.retention``). Returns what it
+        did."""
         if self._retention is None:
             self._retention = OrderedRetention(self.log, self.options.state_location,
                                                self.options.storage_options)
@@ -388,7 +392,7 @@ def read_state(options: OrderedOptions, base: PartitionBase, pid: str,
                ) -> Iterator[tuple[Any, Any]]:
     """``(key, value)`` of every key of Kafka partition ``pid`` at the version ``base`` names,
     from a private read-only copy (works beside a running query). Driver or anywhere."""
-    from statestore.base import EMPTY_VERSION
+    from orderedstream.statestore.base import EMPTY_VERSION
 
     if base.version == EMPTY_VERSION or base.manifest is None:
         return

@@ -17,8 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from statestore.ordered.keyed_state import encode_key
+from orderedstream.statestore.ordered.keyed_state import encode_key
 
 _NULL_KEY = encode_key(None)
 # Zones whose UTC offset is always 0: ``fromutc`` is then ``replace(tzinfo=...)``.

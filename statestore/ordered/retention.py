@@ -32,14 +32,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import fsspec
+from orderedstream.statestore.manifest import Manifest
+from orderedstream.statestore.ordered.plan import bases_from_extra, split_partition_id
+from orderedstream.statestore.retention import drop_listings, unreferenced
 
-from orderedstream.errors import CorruptStateError, OptionError
-from sinks.commitlog import CommitLog, CommitRecord
-from statestore.manifest import Manifest
-from statestore.ordered.plan import bases_from_extra, split_partition_id
-from statestore.retention import drop_listings, unreferenced
+from orderedstream.core.commitlog import CommitLog, CommitRecord
+from orderedstream.core.errors import CorruptStateError, OptionError
 
-_log = logging.getLogger("statestore.ordered")
+_log = logging.getLogger("orderedstream.statestore.ordered")
 
 DEFAULT_CLEANUP_INTERVAL_BATCHES = 10
 """Run retention after every 10th committed batch: with the default keep of 100, at most
@@ -80,7 +80,7 @@ class RetentionPolicy:
 
 @dataclass(frozen=True)
 class RetentionResult:
-    """What one cleanup did (also logged, logger ``statestore.ordered``)."""
+    """What one cleanup did (also logged, logger ``orderedstream.statestore.ordered``)."""
 
     latest_batch: int | None
     """The newest committed batch id when the cleanup read the log (None: nothing yet)."""

@@ -27,31 +27,31 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from orderedstream.errors import OrderViolationError, SchemaMismatchError
-from python_datasource.ranges import described, is_range_columns
-from python_datasource.reader import read_range
-from sinks.options import FencedParquetOptions
-from sinks.writer import task_attempt_id, write_parquet_files
-from statestore.base import EMPTY_VERSION
-from statestore.ordered.group_state import GroupState
-from statestore.ordered.keyed_state import STATE_SPACE, KeyedStateTable, decode_key
-from statestore.ordered.options import OrderedOptions
-from statestore.ordered.placement import (
+from orderedstream.python_datasource.ranges import described, is_range_columns
+from orderedstream.python_datasource.reader import read_range
+from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
+from orderedstream.statestore.base import EMPTY_VERSION
+from orderedstream.statestore.ordered.group_state import GroupState
+from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, KeyedStateTable, decode_key
+from orderedstream.statestore.ordered.options import OrderedOptions
+from orderedstream.statestore.ordered.placement import (
     executor_id,
     spark_executor_id,
     spark_partition_index,
 )
-from statestore.ordered.plan import (
+from orderedstream.statestore.ordered.plan import (
     BatchPlan,
     PartitionBase,
     PartitionCommit,
     partition_id,
     split_partition_id,
 )
-from statestore.ordered.records import RecordDecoder
-from statestore.ordered.state_access import open_partition
-from statestore.ordered.timeouts import EventTimeTimeout, ProcessingTimeTimeout
+from orderedstream.statestore.ordered.records import RecordDecoder
+from orderedstream.statestore.ordered.state_access import open_partition
+from orderedstream.statestore.ordered.timeouts import EventTimeTimeout, ProcessingTimeTimeout
+
+from orderedstream.core.errors import OrderViolationError, SchemaMismatchError
 
 UserFunction = Callable[[Any, Any, GroupState], Iterable[Any] | None]
 COMMIT_SCHEMA = pa.schema([pa.field("commit", pa.string())])

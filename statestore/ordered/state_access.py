@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orderedstream.errors import CommitConflictError, OptionError
-from statestore.base import EMPTY_VERSION, CommitCandidate, StatePartition
-from statestore.codecs import BytesCodec, PickleCodec
-from statestore.options import StateLocation, StateStoreOptions
-from statestore.ordered.keyed_state import STATE_SPACE, TIMEOUT_SPACE
-from statestore.ordered.options import OrderedOptions
-from statestore.ordered.plan import PartitionBase
+from orderedstream.statestore.base import EMPTY_VERSION, CommitCandidate, StatePartition
+from orderedstream.statestore.codecs import BytesCodec, PickleCodec
+from orderedstream.statestore.options import StateLocation, StateStoreOptions
+from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, TIMEOUT_SPACE
+from orderedstream.statestore.ordered.options import OrderedOptions
+from orderedstream.statestore.ordered.plan import PartitionBase
+
+from orderedstream.core.errors import CommitConflictError, OptionError
 
 
 class RecordVersionIndex:
@@ -65,7 +66,7 @@ def _record_store_class() -> type:
     records still name. Retention of the ordered stage is ``OrderedStateful.cleanup_state``."""
     global _RECORD_STORE
     if _RECORD_STORE is None:
-        from statestore.store import StateStore
+        from orderedstream.statestore.store import StateStore
 
         class RecordStateStore(StateStore):
             def cleanup(self, partition: int, *,

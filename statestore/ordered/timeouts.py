@@ -20,7 +20,7 @@ import datetime
 import re
 from dataclasses import dataclass
 
-from orderedstream.errors import OptionError
+from orderedstream.core.errors import OptionError
 
 _UNITS_MS = {
     "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,

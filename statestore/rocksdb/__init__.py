@@ -1,5 +1,5 @@
 """The RocksDB (rocksdict) backend: the only package in ``statestore`` that imports rocksdict."""
 
-from statestore.rocksdb.partition import RocksDBStatePartition
+from orderedstream.statestore.rocksdb.partition import RocksDBStatePartition
 
 __all__ = ["RocksDBStatePartition"]

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import rocksdict
 
-from orderedstream.errors import CorruptStateError
+from orderedstream.core.errors import CorruptStateError
 
 MAGIC = b"OSCL1\n"
 COMPRESSION = "zstd"

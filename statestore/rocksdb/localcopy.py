@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orderedstream.errors import StateLockedError
-from statestore.base import EMPTY_VERSION
-from statestore.manifest import FileEntry
+from orderedstream.statestore.base import EMPTY_VERSION
+from orderedstream.statestore.manifest import FileEntry
+
+from orderedstream.core.errors import StateLockedError
 
 
 @dataclass

@@ -14,8 +14,7 @@ import sys
 from typing import Any
 
 import rocksdict
-
-from statestore.options import StateStoreOptions
+from orderedstream.statestore.options import StateStoreOptions
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameters (malloc.h)
 _M_ARENA_MAX = -8

@@ -5,10 +5,12 @@ hold key counts (``__meta__``) and the TTL expiry index (``__ttl__``). Writes go
 the WAL off: blind ``put``s through a small WriteBatch buffer (written, with the key-count
 lookups as one MultiGet, before any read, delete, other write or commit), the write of a
 read-modify-write and the other write paths at once. ``prepare_commit`` checkpoints the DB
-(hard links), uploads only new SSTs (``statestore.snapshot``) and writes an attempt-unique
+(hard links), uploads only new SSTs (``orderedstream.statestore.snapshot``) and writes an
+attempt-unique
 candidate manifest. In changelog mode
 (``StateStoreOptions.changelog``) every write is also appended to a per-version log, and
-between full checkpoints a commit uploads only that log (``statestore.rocksdb.changelog``).
+between full checkpoints a commit uploads only that log
+(``orderedstream.statestore.rocksdb.changelog``).
 """
 
 from __future__ import annotations
@@ -27,11 +29,8 @@ from operator import is_not
 from typing import Any
 
 import rocksdict
-
-from orderedstream.errors import OptionError, StateTransactionError
-from orderedstream.objectstore import create_exclusive
-from statestore import ttl as ttl_mod
-from statestore.base import (
+from orderedstream.statestore import ttl as ttl_mod
+from orderedstream.statestore.base import (
     DEFAULT_SPACE,
     EMPTY_VERSION,
     Codec,
@@ -40,19 +39,22 @@ from statestore.base import (
     Key,
     StatePartition,
 )
-from statestore.manifest import (
+from orderedstream.statestore.manifest import (
     FORMAT,
     FileEntry,
     Manifest,
     read_manifest,
     writer_identity,
 )
-from statestore.options import StateLocation, StateStoreOptions
-from statestore.restore import cache_name
-from statestore.rocksdb.changelog import ChangelogWriter
-from statestore.rocksdb.localcopy import CopyState, LocalCopy
-from statestore.rocksdb.options import make_options, write_options
-from statestore.snapshot import UploadResult, sha256_file, transfer, upload_checkpoint
+from orderedstream.statestore.options import StateLocation, StateStoreOptions
+from orderedstream.statestore.restore import cache_name
+from orderedstream.statestore.rocksdb.changelog import ChangelogWriter
+from orderedstream.statestore.rocksdb.localcopy import CopyState, LocalCopy
+from orderedstream.statestore.rocksdb.options import make_options, write_options
+from orderedstream.statestore.snapshot import UploadResult, sha256_file, transfer, upload_checkpoint
+
+from orderedstream.core.errors import OptionError, StateTransactionError
+from orderedstream.core.storage import create_exclusive
 
 _log = logging.getLogger("statestore")
 
@@ -143,12 +145,14 @@ _BUFFER_BYTES = 4 << 20
 
 
 def _payload(raw: bytes) -> bytes:
-    """The codec payload of stored bytes (``statestore.ttl`` frame, if any, removed)."""
+    """The codec payload of stored bytes (``orderedstream.statestore.ttl`` frame, if any,
+    removed)."""
     return raw if raw >= _BARE else ttl_mod.unframe(raw)[0]
 
 
 class RocksDBStatePartition(StatePartition):
-    """See ``statestore.base.StatePartition``. Built by ``statestore.store.StateStore``."""
+    """See ``orderedstream.statestore.base.StatePartition``. Built by
+    ``orderedstream.statestore.store.StateStore``."""
 
     def __init__(self, *, location: StateLocation, fs: Any, root: str, partition: int,
                  version: int, options: StateStoreOptions, db_path: str,
@@ -382,7 +386,8 @@ class RocksDBStatePartition(StatePartition):
         return self.range(low, prefix_end(low), space=space)
 
     def raw_items(self, *, space: str = DEFAULT_SPACE) -> Iterator[tuple[bytes, bytes]]:
-        """``(key, stored bytes)`` in key order: TTL frame included (see ``statestore.ttl``)."""
+        """``(key, stored bytes)`` in key order: TTL frame included (see
+        ``orderedstream.statestore.ttl``)."""
         s = self._space(space)
         if s is not None:
             self._flush()

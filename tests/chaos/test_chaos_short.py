@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orderedstream.chaos.runner import FAULTS, ChaosRun
-from orderedstream.job.generator import GeneratorOptions
+from orderedstream.app.chaos.runner import FAULTS, ChaosRun
+from orderedstream.app.job.generator import GeneratorOptions
 
 
 @pytest.mark.chaos

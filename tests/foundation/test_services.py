@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from orderedstream import objectstore
+from orderedstream.core import storage
 
 
 def _consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, bytes]]:
@@ -76,12 +76,12 @@ def test_s3_create_if_absent_is_refused_the_second_time(s3, s3_url) -> None:
 def test_s3_compare_and_swap_lets_one_writer_win(s3, s3_url) -> None:
     fs = s3.filesystem()
     path = f"{s3_url}/epoch"
-    assert objectstore.create_exclusive(fs, path, b"epoch-1")
-    assert not objectstore.create_exclusive(fs, path, b"epoch-other")
-    data, tag = objectstore.read_versioned(fs, path)
+    assert storage.create_exclusive(fs, path, b"epoch-1")
+    assert not storage.create_exclusive(fs, path, b"epoch-other")
+    data, tag = storage.read_versioned(fs, path)
     assert data == b"epoch-1"
-    assert objectstore.replace_if_unchanged(fs, path, b"epoch-2", tag)
-    assert not objectstore.replace_if_unchanged(fs, path, b"epoch-stale", tag)
+    assert storage.replace_if_unchanged(fs, path, b"epoch-2", tag)
+    assert not storage.replace_if_unchanged(fs, path, b"epoch-stale", tag)
     assert fs.cat_file(path) == b"epoch-2"
 
 
@@ -90,11 +90,11 @@ def test_local_exclusive_create_and_cas(tmp_path: Path) -> None:
 
     fs = fsspec.filesystem("file")
     path = str(tmp_path / "x" / "record")
-    assert objectstore.create_exclusive(fs, path, b"a")
-    assert not objectstore.create_exclusive(fs, path, b"b")
-    _, tag = objectstore.read_versioned(fs, path)
-    assert objectstore.replace_if_unchanged(fs, path, b"c", tag)
-    assert not objectstore.replace_if_unchanged(fs, path, b"d", tag)
+    assert storage.create_exclusive(fs, path, b"a")
+    assert not storage.create_exclusive(fs, path, b"b")
+    _, tag = storage.read_versioned(fs, path)
+    assert storage.replace_if_unchanged(fs, path, b"c", tag)
+    assert not storage.replace_if_unchanged(fs, path, b"d", tag)
     assert Path(path).read_bytes() == b"c"
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from fixtures import unique
 
-from orderedstream.job.demo import run_demo
-from orderedstream.job.generator import GeneratorOptions
+from orderedstream.app.job.demo import run_demo
+from orderedstream.app.job.generator import GeneratorOptions
 
 
 def test_demo_job_rebuilds_sessions_exactly_once_in_order(spark, kafka, s3, tmp_path: Path) -> None:

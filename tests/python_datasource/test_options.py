@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from orderedstream.python_datasource.options import parse_options
 
-from orderedstream.errors import OptionError
-from python_datasource.options import parse_options
+from orderedstream.core.errors import OptionError
 
 BASE = {"kafka.bootstrap.servers": "h:9092"}
 

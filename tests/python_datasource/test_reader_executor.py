@@ -8,13 +8,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from confluent_kafka import TopicPartition
+from orderedstream.python_datasource.options import parse_options
+from orderedstream.python_datasource.planning import OffsetRange
+from orderedstream.python_datasource.reader import RangeReader, read_range
+from orderedstream.python_datasource.source import kafka_schema
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from orderedstream.errors import DataLossError
-from python_datasource.options import parse_options
-from python_datasource.planning import OffsetRange
-from python_datasource.reader import RangeReader, read_range
-from python_datasource.source import kafka_schema
+from orderedstream.core.errors import DataLossError
 
 
 def opts(bootstrap: str, **extra: Any) -> Any:
@@ -23,7 +23,7 @@ def opts(bootstrap: str, **extra: Any) -> Any:
 
 
 def test_arrow_schema_equals_sparks_conversion() -> None:
-    from python_datasource.reader import arrow_schema
+    from orderedstream.python_datasource.reader import arrow_schema
 
     for headers in (False, True):
         assert arrow_schema(headers).equals(to_arrow_schema(kafka_schema(headers),

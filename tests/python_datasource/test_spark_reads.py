@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from source_helpers import assert_ordered_one_task, keyed, offsets_log, run_available_now, stream
 
-from orderedstream.services.process import wait_until
+from orderedstream.dev.services.process import wait_until
 
 
 def produce_spread(kafka: Any, name: str, partitions: int, per_partition: int) -> None:
@@ -173,8 +173,8 @@ def test_emit_ranges_describes_each_range_and_reads_the_same_records(spark: Any,
                                                                      topic: Any) -> None:
     """``emit=ranges``: one row per task's range; reading the described ranges gives exactly
     the records ``emit=records`` gives, in offset order."""
-    from python_datasource.ranges import described
-    from python_datasource.reader import read_range
+    from orderedstream.python_datasource.ranges import described
+    from orderedstream.python_datasource.reader import read_range
 
     name = topic(partitions=2)
     for p in range(2):

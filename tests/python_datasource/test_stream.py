@@ -34,7 +34,7 @@ def test_reads_every_record_in_order_by_name(spark: Any, kafka: Any, topic: Any,
 
 def test_explicit_register_and_headers(spark: Any, kafka: Any, topic: Any,
                                        tmp_path: Path) -> None:
-    from python_datasource import OrderedKafkaDataSource
+    from orderedstream.python_datasource import OrderedKafkaDataSource
 
     spark.dataSource.register(OrderedKafkaDataSource)
     name = topic(partitions=1)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from orderedstream import shim
-from orderedstream.errors import ShimBuildError
+from orderedstream.core.errors import ShimBuildError
+from orderedstream.dev import shim
 
 BUILD_ERROR: ShimBuildError | None = None
 try:

@@ -65,7 +65,7 @@ def executor_stage() -> Any:
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from orderedstream.shim import task_executor_id
+        from orderedstream.core.jvm import task_executor_id
 
         rows = 0
         for batch in batches:

@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from orderedstream import shim
+from orderedstream.dev import shim
 
 
 def test_build_ships_the_jar_in_the_package(shim_jar: Path) -> None:
@@ -35,11 +35,11 @@ def test_second_build_is_a_no_op(shim_jar: Path) -> None:
 
 
 def test_cli_build_and_path(shim_jar: Path) -> None:
-    build = subprocess.run([sys.executable, "-m", "orderedstream.shim", "build", "--quiet"],
+    build = subprocess.run([sys.executable, "-m", "orderedstream.dev.shim", "build", "--quiet"],
                            check=False, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr
     assert build.stdout == ""
-    path = subprocess.run([sys.executable, "-m", "orderedstream.shim", "path"],
+    path = subprocess.run([sys.executable, "-m", "orderedstream.dev.shim", "path"],
                           check=False, capture_output=True, text=True, timeout=120)
     assert path.returncode == 0, path.stderr
     assert Path(path.stdout.strip()) == shim_jar

@@ -18,8 +18,8 @@ import pytest
 from fixtures import unique
 from shim_helpers import STAGE_SCHEMA, executor_stage, register_batches_source
 
-from orderedstream.services.process import wait_until
-from orderedstream.shim import Placement
+from orderedstream.core.jvm import Placement
+from orderedstream.dev.services.process import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from shim_helpers import STAGE_SCHEMA, executor_stage
 
-from orderedstream.errors import PlacementError
-from orderedstream.shim import Placement
+from orderedstream.core.errors import PlacementError
+from orderedstream.core.jvm import Placement
 
 
 def test_prefer_keeps_rows_and_partitions(spark: Any, shim_jar: Path) -> None:
@@ -68,9 +68,9 @@ _WITHOUT_JAR = textwrap.dedent("""
     class Keep(logging.Handler):
         def emit(self, record):
             records.append(record.getMessage())
-    logging.getLogger("orderedstream.shim").addHandler(Keep())
+    logging.getLogger("orderedstream.core.jvm").addHandler(Keep())
     from pyspark.sql import SparkSession
-    from orderedstream.shim import Placement
+    from orderedstream.core.jvm import Placement
     # A session made outside the pack (no default_conf), so no shim jar on spark.jars.
     spark = (SparkSession.builder.master("local[1]").appName("no-shim")
              .config("spark.ui.enabled", "false").config("spark.local.dir", sys.argv[1])

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from orderedstream.errors import CommitConflictError, FencedError
-from sinks.commitlog import CommitLog
-from sinks.datafile import DataFile
+from orderedstream.core.commitlog import CommitLog
+from orderedstream.core.datafile import DataFile
+from orderedstream.core.errors import CommitConflictError, FencedError
 
 
 def test_commit_get_latest_and_extra_roundtrip(target) -> None:

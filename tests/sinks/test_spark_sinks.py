@@ -12,17 +12,17 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from orderedstream.sinks.datasource import FencedParquetDataSource
+from orderedstream.sinks.foreach import FencedParquetBatchWriter
+from orderedstream.sinks.maintenance import compact, vacuum
+from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.sinks.table import FencedTable
+from orderedstream.sinks.writer import write_parquet_files
 
-from orderedstream.errors import FencedError, SchemaMismatchError
-from orderedstream.services.s3 import ACCESS_KEY, SECRET_KEY
-from orderedstream.services.spark import s3a_conf
-from sinks.commitlog import CommitLog
-from sinks.datasource import FencedParquetDataSource
-from sinks.foreach import FencedParquetBatchWriter
-from sinks.maintenance import compact, vacuum
-from sinks.options import FencedParquetOptions
-from sinks.table import FencedTable
-from sinks.writer import write_parquet_files
+from orderedstream.core.commitlog import CommitLog
+from orderedstream.core.errors import FencedError, SchemaMismatchError
+from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
+from orderedstream.dev.services.spark import s3a_conf
 
 ROWS = 500
 SCHEMA = "id long, k int, v string"
@@ -264,7 +264,7 @@ def test_datasource_refuses_bad_options_and_schema_before_writing(spark, s3_tabl
 
 
 def test_escaped_partition_values_read_back_in_spark_and_pyarrow(spark, tmp_path):
-    from sinks.commit import check_schema, publish_batch
+    from orderedstream.sinks.commit import check_schema, publish_batch
 
     url = str(tmp_path / "table with space")
     options = FencedParquetOptions.from_mapping({"path": url, "partitionBy": "p,q"})

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from statestore import StateLocation, StateStoreOptions
-from statestore.store import StateStore
+from orderedstream.statestore import StateLocation, StateStoreOptions
+from orderedstream.statestore.store import StateStore
 
 _machines = itertools.count()
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from orderedstream.statestore import EMPTY_VERSION, SchemaCodec, StateLocation, StateStoreOptions
+from orderedstream.statestore.store import StateStore
 
 from pyspark_rocksstate import DefaultSource
-from statestore import EMPTY_VERSION, SchemaCodec, StateLocation, StateStoreOptions
-from statestore.store import StateStore
 
 ORDER_SCHEMA = pa.schema([("customer", pa.string()), ("total", pa.float64()),
                           ("items", pa.list_(pa.int64()))])

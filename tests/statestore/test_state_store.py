@@ -6,8 +6,12 @@ import pickle
 from collections.abc import Callable
 
 import pytest
+from orderedstream.statestore import EMPTY_VERSION, CommitCandidate, JsonCodec, StateStoreOptions
+from orderedstream.statestore.manifest import read_manifest
+from orderedstream.statestore.rocksdb import partition as partition_mod
+from orderedstream.statestore.store import StateStore
 
-from orderedstream.errors import (
+from orderedstream.core.errors import (
     CommitConflictError,
     CorruptStateError,
     OptionError,
@@ -15,10 +19,6 @@ from orderedstream.errors import (
     StateNotFoundError,
     StateTransactionError,
 )
-from statestore import EMPTY_VERSION, CommitCandidate, JsonCodec, StateStoreOptions
-from statestore.manifest import read_manifest
-from statestore.rocksdb import partition as partition_mod
-from statestore.store import StateStore
 
 Factory = Callable[..., StateStore]
 

@@ -12,10 +12,9 @@ import random
 from collections.abc import Callable
 
 import pytest
-
-from statestore import EMPTY_VERSION, BytesCodec
-from statestore.rocksdb import partition as partition_mod
-from statestore.store import StateStore
+from orderedstream.statestore import EMPTY_VERSION, BytesCodec
+from orderedstream.statestore.rocksdb import partition as partition_mod
+from orderedstream.statestore.store import StateStore
 
 Factory = Callable[..., StateStore]
 SPACES = ("default", "other")

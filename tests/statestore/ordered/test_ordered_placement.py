@@ -24,13 +24,14 @@ import pyarrow.compute as pc
 import pytest
 from order_check import ORDER_SCHEMA as SCHEMA
 from order_check import check_order
+from orderedstream.statestore.ordered import BatchResult, OrderedStateful
+from orderedstream.statestore.ordered.placement import OffsetLogMismatch, kafka_partition_order
 from pyspark import cloudpickle
 
-from orderedstream import shim
-from orderedstream.errors import OptionError, ShimBuildError
-from orderedstream.services.process import wait_until
-from statestore.ordered import BatchResult, OrderedStateful
-from statestore.ordered.placement import OffsetLogMismatch, kafka_partition_order
+from orderedstream.core import jvm
+from orderedstream.core.errors import OptionError, ShimBuildError
+from orderedstream.dev import shim
+from orderedstream.dev.services.process import wait_until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -114,7 +115,7 @@ def patient_locality(cluster_spark: Any) -> Any:
 
 
 def _two_executors(spark: Any) -> None:
-    placement = shim.Placement(spark)
+    placement = jvm.Placement(spark)
     assert placement.available, "the cluster session started without the shim jar"
     wait_until(lambda: len(placement.executors()) == 2, 180,
                "both workers' executors to register with the driver")
@@ -216,7 +217,7 @@ def test_placement_keeps_state_on_its_executor(cluster_spark, patient_locality, 
     assert len(measured) >= 20
     assert sum(r.restores for r in measured) == 0, _summary("auto", auto)
     assert sum(r.bytes_downloaded for r in measured) == 0, _summary("auto", auto)
-    remembered = shim.Placement(cluster_spark).locations()
+    remembered = jvm.Placement(cluster_spark).locations()
     assert {pid: remembered[procs["auto"].placement.key(pid)] for pid in auto[-1].executors} \
         == auto[-1].executors
     assert not any(k.startswith(procs["off"].placement.key("")) for k in remembered)
@@ -250,7 +251,7 @@ def test_lost_executor_partitions_restore_once_on_the_survivor(
     moved = {pid for pid, w in workers.items() if w == doomed}
     survivor = next(c.executor for c in last.commits if workers[c.partition_id] != doomed)
 
-    placement = shim.Placement(cluster_spark)
+    placement = jvm.Placement(cluster_spark)
     spark_cluster.kill_worker(doomed)
     try:
         wait_until(lambda: len(placement.executors()) == 1, 120,

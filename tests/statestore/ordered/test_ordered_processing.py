@@ -15,11 +15,15 @@ import pyarrow.compute as pc
 import pytest
 from kafka_frames import kafka_batch
 from order_check import ORDER_SCHEMA, check_order
+from orderedstream.statestore.ordered import (
+    EventTimeTimeout,
+    OrderedStateful,
+    ProcessingTimeTimeout,
+)
+from orderedstream.statestore.ordered.runner import OrderedTask
 from pyspark import cloudpickle
 
-from orderedstream.errors import FencedError, OrderViolationError
-from statestore.ordered import EventTimeTimeout, OrderedStateful, ProcessingTimeTimeout
-from statestore.ordered.runner import OrderedTask
+from orderedstream.core.errors import FencedError, OrderViolationError
 
 # The user functions below travel to executors by value (this module is not importable there).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -181,7 +185,7 @@ def test_replay_after_a_crash_commits_output_and_state_exactly_once(spark, kafka
     # Batch 1 runs its ordered stage (files and state candidates are written) and the
     # driver dies before the commit record: what a crash leaves behind.
     plan_bases = crashed.partition_states()
-    from statestore.ordered.plan import BatchPlan
+    from orderedstream.statestore.ordered.plan import BatchPlan
 
     task = OrderedTask(crashed.options, check_order, BatchPlan(1, 0, plan_bases), crashed.sink)
     orphans = frames(1).mapInArrow(task, "commit string").collect()
@@ -225,7 +229,7 @@ def test_streaming_query_on_orderedkafka_with_a_restart(spark, kafka, topic, s3,
     """End to end: readStream.format("orderedkafka") -> foreachBatch(process_batch), several
     micro-batches, the query stopped and started again from its checkpoint. ``emit=ranges``:
     the source yields one row per range and the ordered tasks read Kafka themselves."""
-    from python_datasource import OrderedKafkaDataSource
+    from orderedstream.python_datasource import OrderedKafkaDataSource
 
     spark.dataSource.register(OrderedKafkaDataSource)
     name = topic(partitions=3)

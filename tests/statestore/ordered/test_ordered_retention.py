@@ -13,18 +13,18 @@ import pyarrow.compute as pc
 import pytest
 from kafka_frames import kafka_batch
 from order_check import ORDER_SCHEMA, check_order
+from orderedstream.statestore.manifest import read_manifest
+from orderedstream.statestore.ordered import OrderedStateful, RetentionPolicy
+from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit
+from orderedstream.statestore.ordered.retention import OrderedRetention
+from orderedstream.statestore.ordered.runner import OrderedTask
+from orderedstream.statestore.ordered.state_access import open_store
+from orderedstream.statestore.retention import artifact_of
 from pyspark import cloudpickle
 
-from orderedstream.errors import CorruptStateError, OptionError, StateNotFoundError
-from orderedstream.services.s3 import ACCESS_KEY, SECRET_KEY
-from orderedstream.services.spark import s3a_conf
-from statestore.manifest import read_manifest
-from statestore.ordered import OrderedStateful, RetentionPolicy
-from statestore.ordered.plan import BatchPlan, PartitionCommit
-from statestore.ordered.retention import OrderedRetention
-from statestore.ordered.runner import OrderedTask
-from statestore.ordered.state_access import open_store
-from statestore.retention import artifact_of
+from orderedstream.core.errors import CorruptStateError, OptionError, StateNotFoundError
+from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
+from orderedstream.dev.services.spark import s3a_conf
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

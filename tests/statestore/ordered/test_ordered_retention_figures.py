@@ -21,10 +21,9 @@ import fsspec
 import pyarrow.compute as pc
 import pytest
 from kafka_frames import kafka_batch
+from orderedstream.statestore.ordered import OrderedStateful
+from orderedstream.statestore.retention import artifact_of
 from pyspark import cloudpickle
-
-from statestore.ordered import OrderedStateful
-from statestore.retention import artifact_of
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

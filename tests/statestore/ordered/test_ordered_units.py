@@ -9,9 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-
-from orderedstream.errors import OptionError, OrderViolationError, SchemaMismatchError
-from statestore.ordered import (
+from orderedstream.statestore.ordered import (
     EventTimeTimeout,
     GroupState,
     NoTimeout,
@@ -19,11 +17,13 @@ from statestore.ordered import (
     ProcessingTimeTimeout,
     parse_duration_ms,
 )
-from statestore.ordered.keyed_state import KeyedStateTable, decode_key, encode_key
-from statestore.ordered.plan import BatchPlan, PartitionCommit, advance
-from statestore.ordered.runner import OrderedTask
-from statestore.ordered.state_access import store_options
-from statestore.store import StateStore
+from orderedstream.statestore.ordered.keyed_state import KeyedStateTable, decode_key, encode_key
+from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit, advance
+from orderedstream.statestore.ordered.runner import OrderedTask
+from orderedstream.statestore.ordered.state_access import store_options
+from orderedstream.statestore.store import StateStore
+
+from orderedstream.core.errors import OptionError, OrderViolationError, SchemaMismatchError
 
 INPUT = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                    ("partition", pa.int32()), ("offset", pa.int64()),

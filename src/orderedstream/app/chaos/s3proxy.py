@@ -15,7 +15,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
-from orderedstream.services.process import free_port
+from orderedstream.dev.services.process import free_port
 
 _ERROR_BODY = ('<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
                '<Message>injected by orderedstream chaos proxy</Message></Error>')

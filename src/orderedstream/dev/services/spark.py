@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orderedstream.services.process import ManagedProcess, free_ports, port_open, wait_until
+from orderedstream.core.jvm import bundled_jar
+from orderedstream.dev.services.process import ManagedProcess, free_ports, port_open, wait_until
 
 
 def spark_home() -> Path:
@@ -44,9 +45,7 @@ def default_conf(tmp_dir: Path | None = None) -> dict[str, str]:
     }
     if tmp_dir is not None:
         conf["spark.local.dir"] = str(tmp_dir)
-    from orderedstream import shim
-
-    jar = shim.bundled_jar()
+    jar = bundled_jar()
     if jar is not None:
         conf["spark.jars"] = str(jar)
     return conf
@@ -160,7 +159,7 @@ def s3a_conf(endpoint: str, access_key: str, secret_key: str, region: str = "us-
 
     With the default prefix they are Spark conf entries; with ``prefix=""`` they can be set on
     a running session's ``sparkContext._jsc.hadoopConfiguration()``. The jars come from
-    ``orderedstream.services.jars.hadoop_aws_jars()``. Seen with SeaweedFS (no identities
+    ``orderedstream.dev.services.jars.hadoop_aws_jars()``. Seen with SeaweedFS (no identities
     configured): signed reads work, but S3A's chunk-signed uploads get 400 "Signed request
     requires setting up SeaweedFS S3 authentication"; for Spark writing there, use
     ``fs.s3a.aws.credentials.provider=org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider``.

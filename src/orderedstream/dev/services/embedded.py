@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orderedstream.services.kafka import KafkaBroker
-from orderedstream.services.s3 import S3Server, s3_storage_options
+from orderedstream.dev.services.kafka import KafkaBroker
+from orderedstream.dev.services.s3 import S3Server, s3_storage_options
 
 _log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from orderedstream.errors import ServiceError
-from orderedstream.services.jars import KAFKA_VERSION, kafka_broker_classpath
-from orderedstream.services.process import ManagedProcess, free_ports, wait_until
+from orderedstream.core.errors import ServiceError
+from orderedstream.dev.services.jars import KAFKA_VERSION, kafka_broker_classpath
+from orderedstream.dev.services.process import ManagedProcess, free_ports, wait_until
 
 # Settings that make a one-node broker behave in tests: replication factor 1 for internal topics,
 # no rebalance delay, and fast retention/cleaner checks so retention and compaction tests finish.
@@ -82,7 +82,7 @@ class KafkaBroker:
 
     def _java(self, main: str, *args: str, heap: str | None = None,
               log_config: str = "kafka-log4j2.properties") -> list[str]:
-        log4j = resources.files("orderedstream.services").joinpath("resources", log_config)
+        log4j = resources.files("orderedstream.dev.services").joinpath("resources", log_config)
         java = shutil.which("java")
         if java is None:
             raise ServiceError(

@@ -14,7 +14,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from orderedstream.errors import ServiceError
+from orderedstream.core.errors import ServiceError
 
 KAFKA_VERSION = "4.1.1"
 
@@ -34,7 +34,7 @@ def _resolve(pom_resource: str, placeholders: dict[str, str], name: str) -> Path
     if mvn is None:
         raise ServiceError(f"Maven ('mvn') is needed once to fetch {name} from Maven Central; "
                            "install Maven (apt-get install maven) and retry.")
-    pom_text = resources.files("orderedstream.services").joinpath(
+    pom_text = resources.files("orderedstream.dev.services").joinpath(
         "resources", pom_resource).read_text()
     for key, value in placeholders.items():
         pom_text = pom_text.replace(f"@{key}@", value)
@@ -43,7 +43,7 @@ def _resolve(pom_resource: str, placeholders: dict[str, str], name: str) -> Path
         pom = Path(tmp) / "pom.xml"
         pom.write_text(pom_text)
         staging = Path(tmp) / "lib"
-        settings = resources.files("orderedstream.services").joinpath(
+        settings = resources.files("orderedstream.dev.services").joinpath(
             "resources", "maven-settings.xml")
         proc = subprocess.run(
             [mvn, "-q", "-B", "-gs", str(settings), "-f", str(pom),
@@ -109,7 +109,7 @@ HADOOP_AWS_SDK_VERSIONS = {"3.5.0": "2.35.4"}
 
 def bundled_hadoop_version() -> str:
     """The hadoop-client version pyspark ships (from its hadoop-client-api jar name)."""
-    from orderedstream.services.spark import spark_home
+    from orderedstream.dev.services.spark import spark_home
 
     for jar in (spark_home() / "jars").glob("hadoop-client-api-*.jar"):
         return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
@@ -123,7 +123,7 @@ def hadoop_aws_jars(hadoop_version: str | None = None) -> list[str]:
     pyspark already ships (netty, httpclient, commons-codec, slf4j, commons-logging via
     jcl-over-slf4j) are left out so Spark's versions win.
     """
-    from orderedstream.services.spark import spark_home
+    from orderedstream.dev.services.spark import spark_home
 
     version = hadoop_version or bundled_hadoop_version()
     sdk = HADOOP_AWS_SDK_VERSIONS.get(version)

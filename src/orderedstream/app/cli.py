@@ -11,10 +11,10 @@ from pathlib import Path
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from orderedstream.job.demo import run_demo
-    from orderedstream.job.generator import GeneratorOptions
-    from orderedstream.services.embedded import embedded_services
-    from orderedstream.services.spark import local_spark_session
+    from orderedstream.app.job.demo import run_demo
+    from orderedstream.app.job.generator import GeneratorOptions
+    from orderedstream.dev.services.embedded import embedded_services
+    from orderedstream.dev.services.spark import local_spark_session
 
     began = time.monotonic()
     with embedded_services(args.bootstrap_servers, args.s3_endpoint, args.workdir,
@@ -43,7 +43,7 @@ def _demo(args: argparse.Namespace) -> int:
             spark.stop()
     v = result.verification
     print(f"[demo] output: {result.output} (Parquet, partitioned by kind/site/date; "
-          "read it with sinks.FencedTable, spark.read.parquet or DuckDB)")
+          "read it with orderedstream.sinks.FencedTable, spark.read.parquet or DuckDB)")
     print(f"[demo] {result.batches} batches; {v.checked} changes checked against the topics: "
           f"lost {v.lost}, duplicated {v.duplicated}, out of order {v.out_of_order}; dead letters "
           f"{v.expected_dead_letters - v.dead_letters_missing}/{v.expected_dead_letters}; wrong "
@@ -58,9 +58,9 @@ def _run(args: argparse.Namespace) -> int:
     """Run the job against given services until stopped (SIGINT/SIGTERM stop it cleanly)."""
     import signal
 
-    from orderedstream.job.pipeline import JobMonitor, JobOptions, start_job
-    from orderedstream.services.s3 import s3_storage_options
-    from orderedstream.services.spark import local_spark_session
+    from orderedstream.app.job.pipeline import JobMonitor, JobOptions, start_job
+    from orderedstream.dev.services.s3 import s3_storage_options
+    from orderedstream.dev.services.spark import local_spark_session
 
     storage = (s3_storage_options(args.s3_endpoint, args.access_key, args.secret_key)
                if args.s3_endpoint else {})
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--idle-timeout", default="10 minutes", help="expire idle sessions after")
     run.add_argument("--progress-every", type=float, default=10.0, help="seconds between lines")
     run.set_defaults(func=_run)
-    from sinks.cli import register as register_sink_commands
+    from orderedstream.sinks.cli import register as register_sink_commands
 
     register_sink_commands(sub)  # orderedstream sink {batches,files,verify,compact,vacuum}
     args = parser.parse_args(argv)

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orderedstream.job.messages import BadMessage, parse
+from orderedstream.app.job.messages import BadMessage, parse
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The job's per-session logic: rebuild each capture session's table, record by record.
 
-``update_session`` is the user function of ``statestore.ordered.OrderedStateful``: it runs on
+``update_session`` is the user function of ``orderedstream.statestore.ordered.OrderedStateful``: it
+runs on
 the executors, once per Kafka record in offset order (and once per idle session's timeout), with
 the session's state (its table and how many messages were applied). It returns rows of one
 output table, ``OUTPUT_SCHEMA``, told apart by ``kind``:
@@ -22,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from orderedstream.job.messages import BadMessage, Message, parse
+from orderedstream.app.job.messages import BadMessage, Message, parse
 
 OUTPUT_SCHEMA = pa.schema([
     pa.field("kind", pa.string(), nullable=False),

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orderedstream.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
+from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
 
 _log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class JobOptions:
 
 def make_processor(opts: JobOptions) -> Any:
     """The ``foreachBatch`` function: ordered state per session, one output table."""
-    from statestore.ordered import OrderedStateful, ProcessingTimeTimeout
+    from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
     return OrderedStateful(
         SessionLogic(opts.snapshot_every, opts.idle_timeout),

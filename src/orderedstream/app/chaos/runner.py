@@ -34,12 +34,12 @@ from typing import Any
 
 import psutil
 
-from orderedstream.chaos.s3proxy import FaultyS3Proxy
-from orderedstream.job.generator import GeneratorOptions, generate
-from orderedstream.job.pipeline import JobOptions
-from orderedstream.services.kafka import KafkaBroker
-from orderedstream.services.s3 import S3Server, s3_storage_options
-from orderedstream.services.spark import SparkStandaloneCluster
+from orderedstream.app.chaos.s3proxy import FaultyS3Proxy
+from orderedstream.app.job.generator import GeneratorOptions, generate
+from orderedstream.app.job.pipeline import JobOptions
+from orderedstream.dev.services.kafka import KafkaBroker
+from orderedstream.dev.services.s3 import S3Server, s3_storage_options
+from orderedstream.dev.services.spark import SparkStandaloneCluster
 
 FAULTS = ("kill_driver", "kill_worker", "kill_broker", "stop_s3", "s3_faults")
 CLUSTER_FAULTS = FAULTS + ("kill_spark_worker",)
@@ -122,7 +122,7 @@ class ChaosRun:
 
     # ---- services and the job process -------------------------------------------------------
     def _log_commits(self) -> Any:
-        from sinks.commitlog import CommitLog
+        from orderedstream.core.commitlog import CommitLog
 
         assert self.opts is not None
         return CommitLog(self.opts.output, s3_storage_options(self.s3.endpoint))
@@ -136,7 +136,7 @@ class ChaosRun:
 
     def start_job(self, available_now: bool = False) -> None:
         assert self.opts is not None and self.proxy is not None
-        argv = [sys.executable, "-m", "orderedstream.cli", "run",
+        argv = [sys.executable, "-m", "orderedstream.app.cli", "run",
                 "--bootstrap-servers", self.opts.bootstrap, "--output", self.opts.output,
                 "--state", self.opts.state_location, "--checkpoint", self.opts.checkpoint,
                 "--topic-pattern", self.opts.topic_pattern, "--s3-endpoint", self.proxy.endpoint,
@@ -336,8 +336,8 @@ class ChaosRun:
         return self.report
 
     def _verify(self) -> None:
-        from orderedstream.job.demo import verify_output
-        from orderedstream.job.pipeline import make_processor
+        from orderedstream.app.job.demo import verify_output
+        from orderedstream.app.job.pipeline import make_processor
 
         assert self.opts is not None
         opts = JobOptions(**{**asdict(self.opts),
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    parser = argparse.ArgumentParser(prog="python -m orderedstream.chaos", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m orderedstream.app.chaos", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--faults", type=int, default=50, help="faults to inject (default 50)")
     parser.add_argument("--seed", type=int, default=11)

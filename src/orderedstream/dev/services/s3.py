@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orderedstream.errors import ServiceError
-from orderedstream.services.process import ManagedProcess, free_ports, wait_until
+from orderedstream.core.errors import ServiceError
+from orderedstream.dev.services.process import ManagedProcess, free_ports, wait_until
 
 ACCESS_KEY = "orderedstream"
 SECRET_KEY = "orderedstream-secret"

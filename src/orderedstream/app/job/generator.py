@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orderedstream.job.messages import encode
+from orderedstream.app.job.messages import encode
 
 
 @dataclass(frozen=True)

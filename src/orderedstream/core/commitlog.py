@@ -34,9 +34,9 @@ from typing import Any
 
 import fsspec
 
-from orderedstream import objectstore
-from orderedstream.errors import CommitConflictError, FencedError, OrderedStreamError
-from sinks.datafile import DataFile
+from orderedstream.core import storage
+from orderedstream.core.datafile import DataFile
+from orderedstream.core.errors import CommitConflictError, FencedError, OrderedStreamError
 
 FORMAT_VERSION = 1
 META_DIR = "_fenced"
@@ -70,7 +70,7 @@ class CommitRecord:
 
     ``files`` are data files made visible by this version, ``removes`` are relative paths of
     files it retires (compaction), ``schema`` is the table's Arrow schema after this version
-    (base64 IPC, see ``sinks.schema``), ``extra`` arbitrary JSON from the committer.
+    (base64 IPC, see ``orderedstream.sinks.schema``), ``extra`` arbitrary JSON from the committer.
     """
 
     version: int
@@ -159,13 +159,13 @@ class CommitLog:
         """
         for _attempt in range(100):
             if versioned:
-                found = objectstore.read_versioned(self.fs, path)
+                found = storage.read_versioned(self.fs, path)
             else:
                 try:
                     found = (self.fs.cat_file(path), "")
                 except FileNotFoundError:
                     found = None
-            if found is None or not objectstore.is_local(self.fs) or _is_json(found[0]):
+            if found is None or not storage.is_local(self.fs) or _is_json(found[0]):
                 return found
             time.sleep(0.02)
         return found
@@ -185,8 +185,8 @@ class CommitLog:
             number = 1 if found is None else Epoch.from_json(found[0]).number + 1
             epoch = Epoch(number, writer_id, uuid.uuid4().hex)
             body = epoch.to_json().encode()
-            if (objectstore.create_exclusive(self.fs, self._epoch_path, body) if found is None
-                    else objectstore.replace_if_unchanged(self.fs, self._epoch_path, body,
+            if (storage.create_exclusive(self.fs, self._epoch_path, body) if found is None
+                    else storage.replace_if_unchanged(self.fs, self._epoch_path, body,
                                                           found[1])):
                 return epoch
         raise CommitConflictError(f"could not claim a writer epoch at {self._epoch_path} "
@@ -370,7 +370,7 @@ class CommitLog:
                     writer_id=writer_id, token=uuid.uuid4().hex,
                     schema=previous.schema if previous else None,
                     extra={"filler": True}, created_at=time.time())
-                if objectstore.create_exclusive(self.fs, self._record_path(version),
+                if storage.create_exclusive(self.fs, self._record_path(version),
                                                 filler.to_json()):
                     self._remember(filler)
                 continue
@@ -381,7 +381,7 @@ class CommitLog:
                 writer_id=writer_id, token=token, files=files, removes=removes,
                 schema=schema if schema is not None else (previous.schema if previous else None),
                 extra=extra, created_at=time.time())
-            if objectstore.create_exclusive(self.fs, self._record_path(version),
+            if storage.create_exclusive(self.fs, self._record_path(version),
                                             record.to_json()):
                 self._remember(record)
                 self._latest_version_hint = version

@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any
 
-from orderedstream.errors import CommitConflictError
+from orderedstream.core.errors import CommitConflictError
 
 _RETRYABLE_CODES = {"ConditionalRequestConflict", "OperationAborted", "SlowDown",
                     "ServiceUnavailable", "InternalError", "RequestTimeout"}

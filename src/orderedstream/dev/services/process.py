@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from orderedstream.errors import ServiceError
+from orderedstream.core.errors import ServiceError
 
 _LIVE: weakref.WeakSet[ManagedProcess] = weakref.WeakSet()
 

@@ -5,8 +5,8 @@ SeaweedFS's wheel, Spark from pyspark). Where a Docker engine answers, ``contain
 same API from testcontainers instead.
 """
 
-from orderedstream.services.kafka import KafkaBroker
-from orderedstream.services.s3 import S3Server
-from orderedstream.services.spark import SparkStandaloneCluster, local_spark_session
+from orderedstream.dev.services.kafka import KafkaBroker
+from orderedstream.dev.services.s3 import S3Server
+from orderedstream.dev.services.spark import SparkStandaloneCluster, local_spark_session
 
 __all__ = ["KafkaBroker", "S3Server", "SparkStandaloneCluster", "local_spark_session"]

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orderedstream.job.generator import GeneratorOptions, GeneratorStats, generate
-from orderedstream.job.pipeline import JobMonitor, JobOptions, start_job, wait_caught_up
-from orderedstream.job.verify import Verification, compare, expected_from_topics, read_topics
+from orderedstream.app.job.generator import GeneratorOptions, GeneratorStats, generate
+from orderedstream.app.job.pipeline import JobMonitor, JobOptions, start_job, wait_caught_up
+from orderedstream.app.job.verify import Verification, compare, expected_from_topics, read_topics
 
 
 @dataclass

@@ -1,0 +1,8 @@
+"""The foundation layer: what every library of the pack shares, importing none of them.
+
+- ``errors``: the pack's exception classes (one root, one subclass per kind of failure);
+- ``storage``: fsspec URLs, exclusive creates and compare-and-swap writes on object storage;
+- ``datafile`` and ``commitlog``: the batch commit log, the single point of truth of a batch;
+- ``units``: durations and byte sizes as users write them (``"10 minutes"``, ``"128m"``);
+- ``jvm``: the one module that reaches the JVM through py4j (the shim's placement calls).
+"""
