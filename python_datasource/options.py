@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orderedstream.core.errors import OptionError
+from orderedstream.core.units import parse_duration_ms
 
 Integrity = Literal["strict", "window", "none"]
 Strategy = Literal["assign", "subscribe", "subscribePattern"]
@@ -61,9 +62,6 @@ _JAVA_ONLY_KAFKA = frozenset({
     "ssl.endpoint.identification.algorithm.disabled", "client.dns.lookup",
     "partition.assignment.strategy",
 })
-
-_DURATION_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
-                   "h": 3_600_000, "d": 86_400_000}
 
 
 @dataclass(frozen=True)
@@ -163,10 +161,7 @@ def _duration_ms(opts: Mapping[str, str], key: str, default: int) -> int:
     raw = opts.get(key.lower())
     if raw is None:
         return default
-    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(raw).lower())
-    if not match or match.group(2) not in ("", *_DURATION_UNITS):
-        raise _bad(key, raw, "a duration such as '15m', '30s', '500ms' or milliseconds")
-    return int(match.group(1)) * _DURATION_UNITS.get(match.group(2) or "ms", 1)
+    return parse_duration_ms(str(raw), f"option {key}", allow_zero=True)
 
 
 def _json_object(option: str, raw: str) -> dict:

@@ -8,16 +8,14 @@ entry points accept the same names with the same errors.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from orderedstream.core.errors import OptionError
+from orderedstream.core.units import parse_size_bytes
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 # Spark option name (lower-cased) -> dataclass field.
 _NAMES = {
@@ -34,19 +32,8 @@ _SPARK_OWNED = {"checkpointlocation", "queryname"}
 
 
 def parse_size(name: str, value: Any) -> int:
-    """``134217728``, ``128MB``, ``128m``, ``1GiB`` -> bytes."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    else:
-        match = _SIZE.match(str(value))
-        if not match:
-            raise OptionError(f"option {name}={value!r} is not a size: use bytes or a number "
-                              "with a unit such as 64MB, 512KB, 1GB")
-        unit = (match.group(2) or "").lower()[:1]
-        number = int(match.group(1)) * _UNITS[unit]
-    if number <= 0:
-        raise OptionError(f"option {name}={value!r} must be positive")
-    return number
+    """``134217728``, ``128MB``, ``128m``, ``1GiB`` -> bytes (``option <name>`` in errors)."""
+    return parse_size_bytes(value, f"option {name}")
 
 
 def _positive_int(name: str, value: Any, maximum: int | None = None) -> int:

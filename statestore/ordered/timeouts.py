@@ -16,49 +16,13 @@ Durations are milliseconds (int), ``datetime.timedelta`` or strings like ``"1 ho
 
 from __future__ import annotations
 
-import datetime
-import re
 from dataclasses import dataclass
 
 from orderedstream.core.errors import OptionError
+from orderedstream.core.units import Duration, parse_duration_ms
 
-_UNITS_MS = {
-    "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
-    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
-    "m": 60_000, "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
-    "w": 604_800_000, "week": 604_800_000, "weeks": 604_800_000,
-}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*$")
-
-Duration = int | float | str | datetime.timedelta
-
-
-def parse_duration_ms(value: Duration, what: str = "duration") -> int:
-    """Milliseconds of ``value`` (int ms, timedelta, or ``"<number> <unit>"``); must be > 0."""
-    if isinstance(value, bool):
-        raise OptionError(f"{what} must be a duration, got {value!r}")
-    if isinstance(value, datetime.timedelta):
-        millis = int(value.total_seconds() * 1000)
-    elif isinstance(value, (int, float)):
-        millis = int(value)
-    elif isinstance(value, str):
-        match = _DURATION.match(value)
-        unit = match.group(2).lower() if match else ""
-        if not match or unit not in _UNITS_MS:
-            raise OptionError(
-                f"{what}: cannot parse {value!r}; use '<number> <unit>' with unit one of "
-                "ms, s/seconds, min/minutes, h/hours, d/days, w/weeks (e.g. '1 hour')")
-        millis = int(float(match.group(1)) * _UNITS_MS[unit])
-    else:
-        raise OptionError(
-            f"{what} must be int milliseconds, datetime.timedelta or a string like '1 hour', "
-            f"got {type(value).__name__}")
-    if millis <= 0:
-        raise OptionError(f"{what} must be positive, got {value!r}")
-    return millis
-
+__all__ = ["Duration", "EventTimeTimeout", "NoTimeout", "ProcessingTimeTimeout",
+           "parse_duration_ms"]
 
 @dataclass(frozen=True)
 class NoTimeout:
