@@ -12,15 +12,15 @@ import json
 import sys
 from typing import Any
 
+from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.sinks.options import parse_size
 
 
 def _storage(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = json.loads(args.storage_options) if args.storage_options else {}
     if args.s3_endpoint:
-        from orderedstream.dev.services.s3 import s3_storage_options
-
-        options = {**s3_storage_options(args.s3_endpoint), **options}
+        # Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID, ...), never argv.
+        options = {**s3_endpoint_options(args.s3_endpoint), **options}
     return options
 
 

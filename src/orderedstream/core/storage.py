@@ -26,6 +26,27 @@ _RETRYABLE_CODES = {"ConditionalRequestConflict", "OperationAborted", "SlowDown"
                     "ServiceUnavailable", "InternalError", "RequestTimeout"}
 
 
+def s3_endpoint_options(endpoint: str | None = None, *,
+                        region: str | None = None) -> dict[str, Any]:
+    """s3fs options for an S3-compatible endpoint (path-style addressing, bounded retries).
+
+    Carries no credentials: s3fs (botocore) takes them from the standard chain, i.e.
+    ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``
+    and the shared credentials file, or an instance/container role. ``endpoint=None`` is AWS
+    itself. The region defaults to ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else us-east-1.
+    """
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    client: dict[str, Any] = {"region_name": region or "us-east-1"}
+    if endpoint:
+        client["endpoint_url"] = endpoint
+    return {
+        "client_kwargs": client,
+        "config_kwargs": {"s3": {"addressing_style": "path"},
+                          "retries": {"max_attempts": 3, "mode": "standard"},
+                          "connect_timeout": 5, "read_timeout": 30},
+    }
+
+
 def _protocols(fs: Any) -> set[str]:
     proto = fs.protocol
     return set(proto) if isinstance(proto, (tuple, list)) else {proto}

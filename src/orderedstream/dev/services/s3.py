@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orderedstream.core.errors import ServiceError
+from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.dev.services.process import ManagedProcess, free_ports, wait_until
 
 ACCESS_KEY = "orderedstream"
@@ -46,7 +47,7 @@ class S3Server:
     @property
     def storage_options(self) -> dict[str, Any]:
         """fsspec/s3fs keyword arguments for this endpoint (pass to ``fsspec.filesystem('s3')``)."""
-        return s3_storage_options(self.endpoint)
+        return s3_storage_options(self.endpoint, key=ACCESS_KEY, secret=SECRET_KEY)
 
     def filesystem(self) -> Any:
         """A fresh (uncached) s3fs filesystem for this endpoint."""
@@ -95,14 +96,6 @@ class S3Server:
         return bool(self._proc and self._proc.alive())
 
 
-def s3_storage_options(endpoint: str, key: str = ACCESS_KEY, secret: str = SECRET_KEY,
-                       ) -> dict[str, Any]:
-    """s3fs options for an S3-compatible endpoint with path-style addressing."""
-    return {
-        "key": key,
-        "secret": secret,
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-        "config_kwargs": {"s3": {"addressing_style": "path"},
-                          "retries": {"max_attempts": 3, "mode": "standard"},
-                          "connect_timeout": 5, "read_timeout": 30},
-    }
+def s3_storage_options(endpoint: str, *, key: str, secret: str) -> dict[str, Any]:
+    """s3fs options for a local S3 endpoint with explicit keys (the local server's own)."""
+    return {"key": key, "secret": secret, **s3_endpoint_options(endpoint, region="us-east-1")}
