@@ -275,7 +275,6 @@ def measure(cfg: BenchConfig, work: Path, log: Any = print, lock: Path | None = 
 
     With ``lock``, the measured rounds (not the service start-up or the state load) run under
     an exclusive ``flock`` of that file, so they never overlap other measurement runs."""
-    from orderedstream.statestore.ordered import OrderedStateful
     from pyspark import cloudpickle
 
     from orderedstream.core import jvm
@@ -284,6 +283,7 @@ def measure(cfg: BenchConfig, work: Path, log: Any = print, lock: Path | None = 
     from orderedstream.dev.services.process import wait_until
     from orderedstream.dev.services.s3 import S3Server
     from orderedstream.dev.services.spark import SparkStandaloneCluster
+    from orderedstream.statestore.ordered import OrderedStateful
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     shim.build(quiet=True)

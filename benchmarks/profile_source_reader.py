@@ -22,11 +22,10 @@ def main() -> None:
     args = parser.parse_args()
     extra = dict(o.split("=", 1) for o in args.option)
 
+    from orderedstream.dev.services.kafka import KafkaBroker
     from orderedstream.python_datasource.options import parse_options
     from orderedstream.python_datasource.planning import OffsetRange
     from orderedstream.python_datasource.reader import read_range
-
-    from orderedstream.dev.services.kafka import KafkaBroker
 
     broker = KafkaBroker(Path(tempfile.mkdtemp()) / "kafka").start()
     try:

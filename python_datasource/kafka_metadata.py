@@ -15,9 +15,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from orderedstream.python_datasource.options import OrderedKafkaOptions
-
 from orderedstream.core.errors import KafkaUnavailableError, OptionError
+from orderedstream.python_datasource.options import OrderedKafkaOptions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

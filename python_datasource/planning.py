@@ -9,11 +9,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from orderedstream.core.errors import DataLossError
 from orderedstream.python_datasource.kafka_metadata import TP, TopicInfo
 from orderedstream.python_datasource.offsets import KafkaSourceOffset
 from orderedstream.python_datasource.options import Integrity
-
-from orderedstream.core.errors import DataLossError
 
 log = logging.getLogger(__name__)
 

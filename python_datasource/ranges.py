@@ -16,9 +16,10 @@ import pickle
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
 from orderedstream.python_datasource.options import OrderedKafkaOptions
 from orderedstream.python_datasource.planning import OffsetRange
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 RANGE_COLUMNS = ("topic", "partition", "startOffset", "endOffset", "reader")
 RANGE_ARROW_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()),

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+
+from orderedstream.core.errors import DataLossError, KafkaUnavailableError
 from orderedstream.python_datasource.kafka_metadata import config_error
 from orderedstream.python_datasource.options import OrderedKafkaOptions
 from orderedstream.python_datasource.planning import Loss, OffsetRange, enforce
-
-from orderedstream.core.errors import DataLossError, KafkaUnavailableError
 
 log = logging.getLogger(__name__)
 

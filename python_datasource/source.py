@@ -21,26 +21,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-from orderedstream.python_datasource.kafka_metadata import (
-    TP,
-    KafkaMetadata,
-    TopicInfo,
-    resolve_spec,
-)
-from orderedstream.python_datasource.offsets import KafkaSourceOffset
-from orderedstream.python_datasource.options import OrderedKafkaOptions, parse_options
-from orderedstream.python_datasource.planning import (
-    Loss,
-    OffsetRange,
-    Snapshot,
-    advance,
-    backlog,
-    enforce,
-    plan_ranges,
-    rate_limit,
-)
-from orderedstream.python_datasource.ranges import describe, range_schema
-from orderedstream.python_datasource.reader import read_range
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -66,6 +46,26 @@ from pyspark.sql.types import (
 )
 
 from orderedstream.core.errors import OptionError
+from orderedstream.python_datasource.kafka_metadata import (
+    TP,
+    KafkaMetadata,
+    TopicInfo,
+    resolve_spec,
+)
+from orderedstream.python_datasource.offsets import KafkaSourceOffset
+from orderedstream.python_datasource.options import OrderedKafkaOptions, parse_options
+from orderedstream.python_datasource.planning import (
+    Loss,
+    OffsetRange,
+    Snapshot,
+    advance,
+    backlog,
+    enforce,
+    plan_ranges,
+    rate_limit,
+)
+from orderedstream.python_datasource.ranges import describe, range_schema
+from orderedstream.python_datasource.reader import read_range
 
 log = logging.getLogger(__name__)
 

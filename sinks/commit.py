@@ -13,12 +13,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
-from orderedstream.sinks.options import FencedParquetOptions
-from orderedstream.sinks.schema import decode_schema, encode_schema, evolve
-from orderedstream.sinks.table import FencedTable
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
 from orderedstream.core.datafile import DataFile
+from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.sinks.schema import decode_schema, encode_schema, evolve
+from orderedstream.sinks.table import FencedTable
 
 log = logging.getLogger(__name__)
 

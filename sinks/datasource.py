@@ -31,16 +31,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from orderedstream.sinks.commit import check_schema, publish_batch, sync_spark
-from orderedstream.sinks.options import FencedParquetOptions
-from orderedstream.sinks.schema import spark_to_arrow
-from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import FencedError
+from orderedstream.sinks.commit import check_schema, publish_batch, sync_spark
+from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.sinks.schema import spark_to_arrow
+from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
 
 log = logging.getLogger(__name__)
 

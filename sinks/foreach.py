@@ -22,14 +22,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-from orderedstream.sinks.commit import check_schema, publish_batch, sync_spark
-from orderedstream.sinks.options import FencedParquetOptions
-from orderedstream.sinks.schema import spark_to_arrow
-from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import CommitConflictError
+from orderedstream.sinks.commit import check_schema, publish_batch, sync_spark
+from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.sinks.schema import spark_to_arrow
+from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
 
 FILES_SCHEMA = "files string"
 

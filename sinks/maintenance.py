@@ -24,12 +24,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow.dataset as ds
-from orderedstream.sinks.options import FencedParquetOptions
-from orderedstream.sinks.table import DEFAULT_COMPACT_INTERVAL, SPARK_LOG_DIR, FencedTable
-from orderedstream.sinks.writer import ParquetFileWriter
 
 from orderedstream.core.commitlog import CommitRecord
 from orderedstream.core.datafile import DataFile
+from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.sinks.table import DEFAULT_COMPACT_INTERVAL, SPARK_LOG_DIR, FencedTable
+from orderedstream.sinks.writer import ParquetFileWriter
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-from orderedstream.sinks.schema import decode_schema
 
 from orderedstream.core import storage
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import OrderedStreamError
+from orderedstream.sinks.schema import decode_schema
 
 SPARK_LOG_DIR = "_spark_metadata"
 DEFAULT_COMPACT_INTERVAL = 10

@@ -22,10 +22,10 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from orderedstream.sinks.options import FencedParquetOptions
 
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.storage import is_local
+from orderedstream.sinks.options import FencedParquetOptions
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # Characters Spark's ExternalCatalogUtils.escapePathName escapes in partition values.

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-from orderedstream.statestore.base import Codec
 
 from orderedstream.core.errors import OptionError
+from orderedstream.statestore.base import Codec
 
 
 class PickleCodec:

@@ -11,11 +11,10 @@ import json
 import time
 from typing import Any
 
-from orderedstream.statestore.base import CommitCandidate
-from orderedstream.statestore.options import StateLocation
-
 from orderedstream.core.errors import CommitConflictError, CorruptStateError
 from orderedstream.core.storage import create_exclusive
+from orderedstream.statestore.base import CommitCandidate
+from orderedstream.statestore.options import StateLocation
 
 POINTER_DIR = "versions"
 

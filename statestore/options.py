@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import fsspec
-from orderedstream.statestore.base import Codec
-from orderedstream.statestore.codecs import PickleCodec, codec_by_name
 
 from orderedstream.core.errors import OptionError
+from orderedstream.statestore.base import Codec
+from orderedstream.statestore.codecs import PickleCodec, codec_by_name
 
 
 @dataclass(frozen=True)

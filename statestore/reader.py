@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from orderedstream.statestore import ttl as ttl_mod
-from orderedstream.statestore.codecs import SchemaCodec, codec_from_spec
-from orderedstream.statestore.options import StateLocation, StateStoreOptions
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from orderedstream.core.errors import OptionError, StateNotFoundError
+from orderedstream.statestore import ttl as ttl_mod
+from orderedstream.statestore.codecs import SchemaCodec, codec_from_spec
+from orderedstream.statestore.options import StateLocation, StateStoreOptions
 
 BATCH_ROWS = 8192
 

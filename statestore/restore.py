@@ -11,10 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from orderedstream.core.errors import CorruptStateError
 from orderedstream.statestore.manifest import FileEntry, Manifest
 from orderedstream.statestore.snapshot import sha256_file, transfer
-
-from orderedstream.core.errors import CorruptStateError
 
 
 @dataclass

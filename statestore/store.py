@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any
 
+from orderedstream.core.errors import OptionError, StateNotFoundError
 from orderedstream.statestore.base import (
     EMPTY_VERSION,
     CommitCandidate,
@@ -26,8 +27,6 @@ from orderedstream.statestore.restore import assemble, cache_name, fetch
 from orderedstream.statestore.retention import cleanup_partition
 from orderedstream.statestore.rocksdb.localcopy import CopyState, LocalCopy
 from orderedstream.statestore.rocksdb.partition import RocksDBStatePartition
-
-from orderedstream.core.errors import OptionError, StateNotFoundError
 
 _log = logging.getLogger("statestore")
 

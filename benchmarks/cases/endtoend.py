@@ -208,10 +208,9 @@ def _digest(rows: list[dict[str, Any]]) -> Counter:
 
 def run(ctx: CaseContext) -> list[Result]:
     """benchmarks.run case: generate sessions once, run both engines, verify, compare."""
-    from orderedstream.sinks.table import FencedTable
-
     from orderedstream.app.job.generator import GeneratorOptions, generate
     from orderedstream.app.job.verify import expected_from_topics, read_topics
+    from orderedstream.sinks.table import FencedTable
 
     records_wanted = ctx.scale.get("e2e_records", 200_000)
     topics, per_topic = 4, 2

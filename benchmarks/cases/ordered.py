@@ -365,6 +365,7 @@ def profile_executor(records: int, keys: int, all_columns: bool, top: int = 15) 
     import pstats
 
     import pyarrow as pa
+
     from orderedstream.statestore.ordered import OrderedStateful
     from orderedstream.statestore.ordered.plan import BatchPlan
     from orderedstream.statestore.ordered.runner import OrderedTask

@@ -67,9 +67,8 @@ def _source(spark: Any, ctx: CaseContext, topic: str, work: Path) -> dict[str, A
 
 def _ordered(spark: Any, ctx: CaseContext, topic: str, work: Path, tag: str,
              ) -> dict[str, Any]:
-    from orderedstream.statestore.ordered import OrderedStateful
-
     from benchmarks.cases.ordered import check_order
+    from orderedstream.statestore.ordered import OrderedStateful
 
     base = ctx.s3_url("bench-scaling", tag)
     checkpoint = tempfile.mkdtemp(prefix="cp-ordered-", dir=work)

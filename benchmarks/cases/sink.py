@@ -77,11 +77,11 @@ def _run(spark: Any, ctx: CaseContext, source: Path, kind: str) -> tuple[float, 
 
 def _commit_latency(ctx: CaseContext, repeats: int = 30) -> list[float]:
     import pyarrow as pa
-    from orderedstream.sinks.commit import check_schema, publish_batch
-    from orderedstream.sinks.options import FencedParquetOptions
 
     from orderedstream.core.commitlog import CommitLog
     from orderedstream.core.datafile import DataFile
+    from orderedstream.sinks.commit import check_schema, publish_batch
+    from orderedstream.sinks.options import FencedParquetOptions
 
     url = ctx.s3_url(f"bench-commit-{time.time_ns()}")
     options = FencedParquetOptions.from_mapping({"path": url,
@@ -101,11 +101,10 @@ def _commit_latency(ctx: CaseContext, repeats: int = 30) -> list[float]:
 
 
 def run(ctx: CaseContext) -> list[Result]:
-    from orderedstream.sinks.datasource import FencedParquetDataSource
-
     from orderedstream.dev.services.jars import hadoop_aws_jars
     from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
     from orderedstream.dev.services.spark import local_spark_session, s3a_conf
+    from orderedstream.sinks.datasource import FencedParquetDataSource
 
     source = Path(tempfile.mkdtemp(prefix="bench-sink-in-"))
     rows = _make_input(source, ctx.scale["rows"])

@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import rocksdict
+
+from benchmarks.common import CaseContext, Result, peak_rss_mb
 from orderedstream.statestore import (
     EMPTY_VERSION,
     BytesCodec,
@@ -54,8 +56,6 @@ from orderedstream.statestore import (
 )
 from orderedstream.statestore.rocksdb.options import make_options, write_options
 from orderedstream.statestore.store import StateStore
-
-from benchmarks.common import CaseContext, Result, peak_rss_mb
 
 OPS = ("put_many", "put", "get", "multi_get", "get+put")
 TARGET = 0.9  # ours / rocksdict >= 0.9: at most 10% overhead

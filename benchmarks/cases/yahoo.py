@@ -162,6 +162,7 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
 def _run_ours(spark: Any, ctx: CaseContext, params: dict[str, Any], work: Path,
               ) -> tuple[dict[str, Any], list[list[Any]]]:
     import pyarrow as pa
+
     from orderedstream.statestore.ordered import EventTimeTimeout, OrderedStateful
 
     schema = pa.schema([("partition", pa.int32()), ("window_start", pa.int64()),

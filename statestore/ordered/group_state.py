@@ -12,10 +12,9 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from orderedstream.core.errors import OptionError
 from orderedstream.statestore.ordered.keyed_state import StateEntry
 from orderedstream.statestore.ordered.timeouts import Duration, parse_duration_ms
-
-from orderedstream.core.errors import OptionError
 
 NO_TIMESTAMP = -1
 

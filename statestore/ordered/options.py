@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
+
+from orderedstream.core.errors import OptionError
 from orderedstream.statestore.ordered.placement import PLACEMENT_MODES
 from orderedstream.statestore.ordered.timeouts import (
     EventTimeTimeout,
@@ -17,8 +19,6 @@ from orderedstream.statestore.ordered.timeouts import (
     ProcessingTimeTimeout,
     Timeout,
 )
-
-from orderedstream.core.errors import OptionError
 
 KAFKA_COLUMNS = ("topic", "partition", "offset")
 

@@ -35,12 +35,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import pyarrow as pa
-from orderedstream.sinks.schema import decode_schema, spark_to_arrow
-from orderedstream.sinks.table import FencedTable
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import OptionError, OrderedStreamError
+from orderedstream.sinks.schema import decode_schema, spark_to_arrow
+from orderedstream.sinks.table import FencedTable
 
 ENGINES = ("arrow", "spark")
 READ_BATCH_ROWS = 8_192

@@ -39,6 +39,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
+
+from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
+from orderedstream.core.errors import (
+    CommitConflictError,
+    CorruptStateError,
+    OptionError,
+    OrderViolationError,
+    StateNotFoundError,
+)
 from orderedstream.python_datasource.ranges import is_range_columns
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import encode_schema, spark_to_arrow
@@ -67,15 +76,6 @@ from orderedstream.statestore.ordered.runner import COMMIT_SCHEMA, OrderedTask, 
 from orderedstream.statestore.ordered.state_access import open_store
 from orderedstream.statestore.ordered.state_access import store_options as state_store_options
 from orderedstream.statestore.ordered.timeouts import NoTimeout, Timeout
-
-from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
-from orderedstream.core.errors import (
-    CommitConflictError,
-    CorruptStateError,
-    OptionError,
-    OrderViolationError,
-    StateNotFoundError,
-)
 
 _log = logging.getLogger("orderedstream.statestore.ordered")
 

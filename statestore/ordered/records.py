@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from orderedstream.statestore.ordered.keyed_state import encode_key
 
 _NULL_KEY = encode_key(None)

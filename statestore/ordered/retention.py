@@ -32,12 +32,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import fsspec
-from orderedstream.statestore.manifest import Manifest
-from orderedstream.statestore.ordered.plan import bases_from_extra, split_partition_id
-from orderedstream.statestore.retention import drop_listings, unreferenced
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.errors import CorruptStateError, OptionError
+from orderedstream.statestore.manifest import Manifest
+from orderedstream.statestore.ordered.plan import bases_from_extra, split_partition_id
+from orderedstream.statestore.retention import drop_listings, unreferenced
 
 _log = logging.getLogger("orderedstream.statestore.ordered")
 

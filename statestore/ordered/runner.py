@@ -27,6 +27,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from orderedstream.core.errors import OrderViolationError, SchemaMismatchError
 from orderedstream.python_datasource.ranges import described, is_range_columns
 from orderedstream.python_datasource.reader import read_range
 from orderedstream.sinks.options import FencedParquetOptions
@@ -50,8 +52,6 @@ from orderedstream.statestore.ordered.plan import (
 from orderedstream.statestore.ordered.records import RecordDecoder
 from orderedstream.statestore.ordered.state_access import open_partition
 from orderedstream.statestore.ordered.timeouts import EventTimeTimeout, ProcessingTimeTimeout
-
-from orderedstream.core.errors import OrderViolationError, SchemaMismatchError
 
 UserFunction = Callable[[Any, Any, GroupState], Iterable[Any] | None]
 COMMIT_SCHEMA = pa.schema([pa.field("commit", pa.string())])

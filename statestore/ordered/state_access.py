@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from orderedstream.core.errors import CommitConflictError, OptionError
 from orderedstream.statestore.base import EMPTY_VERSION, CommitCandidate, StatePartition
 from orderedstream.statestore.codecs import BytesCodec, PickleCodec
 from orderedstream.statestore.options import StateLocation, StateStoreOptions
 from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, TIMEOUT_SPACE
 from orderedstream.statestore.ordered.options import OrderedOptions
 from orderedstream.statestore.ordered.plan import PartitionBase
-
-from orderedstream.core.errors import CommitConflictError, OptionError
 
 
 class RecordVersionIndex:

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orderedstream.core.errors import StateLockedError
 from orderedstream.statestore.base import EMPTY_VERSION
 from orderedstream.statestore.manifest import FileEntry
-
-from orderedstream.core.errors import StateLockedError
 
 
 @dataclass

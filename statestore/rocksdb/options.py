@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 import rocksdict
+
 from orderedstream.statestore.options import StateStoreOptions
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameters (malloc.h)

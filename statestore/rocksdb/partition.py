@@ -29,6 +29,9 @@ from operator import is_not
 from typing import Any
 
 import rocksdict
+
+from orderedstream.core.errors import OptionError, StateTransactionError
+from orderedstream.core.storage import create_exclusive
 from orderedstream.statestore import ttl as ttl_mod
 from orderedstream.statestore.base import (
     DEFAULT_SPACE,
@@ -52,9 +55,6 @@ from orderedstream.statestore.rocksdb.changelog import ChangelogWriter
 from orderedstream.statestore.rocksdb.localcopy import CopyState, LocalCopy
 from orderedstream.statestore.rocksdb.options import make_options, write_options
 from orderedstream.statestore.snapshot import UploadResult, sha256_file, transfer, upload_checkpoint
-
-from orderedstream.core.errors import OptionError, StateTransactionError
-from orderedstream.core.storage import create_exclusive
 
 _log = logging.getLogger("statestore")
 

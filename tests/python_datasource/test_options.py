@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from orderedstream.python_datasource.options import parse_options
 
 from orderedstream.core.errors import OptionError
+from orderedstream.python_datasource.options import parse_options
 
 BASE = {"kafka.bootstrap.servers": "h:9092"}
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
-from orderedstream.python_datasource.offsets import KafkaSourceOffset
-from orderedstream.python_datasource.options import parse_options
-from orderedstream.python_datasource.source import OrderedKafkaStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from orderedstream.core.errors import DataLossError, KafkaUnavailableError
+from orderedstream.python_datasource.offsets import KafkaSourceOffset
+from orderedstream.python_datasource.options import parse_options
+from orderedstream.python_datasource.source import OrderedKafkaStreamReader
 
 
 def reader(bootstrap: str, **options: Any) -> OrderedKafkaStreamReader:

@@ -8,13 +8,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from confluent_kafka import TopicPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from orderedstream.core.errors import DataLossError
 from orderedstream.python_datasource.options import parse_options
 from orderedstream.python_datasource.planning import OffsetRange
 from orderedstream.python_datasource.reader import RangeReader, read_range
 from orderedstream.python_datasource.source import kafka_schema
-from pyspark.sql.pandas.types import to_arrow_schema
-
-from orderedstream.core.errors import DataLossError
 
 
 def opts(bootstrap: str, **extra: Any) -> Any:

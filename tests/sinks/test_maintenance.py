@@ -8,14 +8,14 @@ import sys
 import time
 
 import pyarrow as pa
+
+from orderedstream.core.commitlog import CommitLog
 from orderedstream.sinks.cli import verify
 from orderedstream.sinks.commit import check_schema, publish_batch
 from orderedstream.sinks.maintenance import compact, vacuum
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.table import FencedTable, apply_records
 from orderedstream.sinks.writer import write_parquet_files
-
-from orderedstream.core.commitlog import CommitLog
 
 
 def fill(url: str, opts: dict, batches: int, rows: int = 200) -> FencedParquetOptions:

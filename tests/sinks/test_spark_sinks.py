@@ -12,17 +12,17 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from orderedstream.core.commitlog import CommitLog
+from orderedstream.core.errors import FencedError, SchemaMismatchError
+from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
+from orderedstream.dev.services.spark import s3a_conf
 from orderedstream.sinks.datasource import FencedParquetDataSource
 from orderedstream.sinks.foreach import FencedParquetBatchWriter
 from orderedstream.sinks.maintenance import compact, vacuum
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.table import FencedTable
 from orderedstream.sinks.writer import write_parquet_files
-
-from orderedstream.core.commitlog import CommitLog
-from orderedstream.core.errors import FencedError, SchemaMismatchError
-from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
-from orderedstream.dev.services.spark import s3a_conf
 
 ROWS = 500
 SCHEMA = "id long, k int, v string"

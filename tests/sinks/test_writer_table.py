@@ -6,14 +6,14 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+
+from orderedstream.core.commitlog import CommitLog
+from orderedstream.core.errors import OptionError, SchemaMismatchError
 from orderedstream.sinks.commit import check_schema, publish_batch
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import evolve
 from orderedstream.sinks.table import FencedTable
 from orderedstream.sinks.writer import write_parquet_files
-
-from orderedstream.core.commitlog import CommitLog
-from orderedstream.core.errors import OptionError, SchemaMismatchError
 
 
 def batches(start: int, n: int, size: int = 1000):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from orderedstream.statestore import StateLocation, StateStoreOptions
 from orderedstream.statestore.store import StateStore
 

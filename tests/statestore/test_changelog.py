@@ -10,10 +10,10 @@ import os
 from collections.abc import Callable
 
 import pytest
-from orderedstream.statestore import EMPTY_VERSION, StateStoreOptions
-from orderedstream.statestore.store import StateStore
 
 from orderedstream.core.errors import CorruptStateError, OptionError
+from orderedstream.statestore import EMPTY_VERSION, StateStoreOptions
+from orderedstream.statestore.store import StateStore
 
 Factory = Callable[..., StateStore]
 CHANGELOG = {"changelog": True, "snapshot_interval": 3}
@@ -149,6 +149,7 @@ def test_damaged_write_logs_are_refused_by_replay(tmp_path) -> None:  # type: ig
     """Replay's own checks (behind the checksum): a cut record, a foreign file."""
     import pyarrow as pa
     import rocksdict
+
     from orderedstream.statestore.rocksdb.changelog import ChangelogWriter, replay
 
     log = ChangelogWriter(str(tmp_path / "v1.log"))

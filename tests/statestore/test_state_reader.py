@@ -8,9 +8,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
 from orderedstream.statestore import EMPTY_VERSION, SchemaCodec, StateLocation, StateStoreOptions
 from orderedstream.statestore.store import StateStore
-
 from pyspark_rocksstate import DefaultSource
 
 ORDER_SCHEMA = pa.schema([("customer", pa.string()), ("total", pa.float64()),

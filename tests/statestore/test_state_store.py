@@ -6,10 +6,6 @@ import pickle
 from collections.abc import Callable
 
 import pytest
-from orderedstream.statestore import EMPTY_VERSION, CommitCandidate, JsonCodec, StateStoreOptions
-from orderedstream.statestore.manifest import read_manifest
-from orderedstream.statestore.rocksdb import partition as partition_mod
-from orderedstream.statestore.store import StateStore
 
 from orderedstream.core.errors import (
     CommitConflictError,
@@ -19,6 +15,10 @@ from orderedstream.core.errors import (
     StateNotFoundError,
     StateTransactionError,
 )
+from orderedstream.statestore import EMPTY_VERSION, CommitCandidate, JsonCodec, StateStoreOptions
+from orderedstream.statestore.manifest import read_manifest
+from orderedstream.statestore.rocksdb import partition as partition_mod
+from orderedstream.statestore.store import StateStore
 
 Factory = Callable[..., StateStore]
 

@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 
 import pytest
+
 from orderedstream.statestore import EMPTY_VERSION, BytesCodec
 from orderedstream.statestore.rocksdb import partition as partition_mod
 from orderedstream.statestore.store import StateStore

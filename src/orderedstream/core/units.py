@@ -55,7 +55,8 @@ def parse_duration_ms(value: Duration, what: str = "duration", *,
     elif isinstance(value, str):
         parsed = _duration_text_ms(value)
         if parsed is None:
-            raise OptionError(f"{what}: cannot parse {value!r} as a duration; use {_DURATION_FORMS}")
+            raise OptionError(f"{what}: cannot parse {value!r} as a duration; "
+                              f"use {_DURATION_FORMS}")
         millis = parsed
     else:
         raise OptionError(

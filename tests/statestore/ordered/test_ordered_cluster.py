@@ -11,8 +11,9 @@ import pyarrow.compute as pc
 import pytest
 from kafka_frames import kafka_batch
 from order_check import check_order
-from orderedstream.statestore.ordered import OrderedStateful
 from pyspark import cloudpickle
+
+from orderedstream.statestore.ordered import OrderedStateful
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -15,15 +15,15 @@ import pyarrow.compute as pc
 import pytest
 from kafka_frames import kafka_batch
 from order_check import ORDER_SCHEMA, check_order
+from pyspark import cloudpickle
+
+from orderedstream.core.errors import FencedError, OrderViolationError
 from orderedstream.statestore.ordered import (
     EventTimeTimeout,
     OrderedStateful,
     ProcessingTimeTimeout,
 )
 from orderedstream.statestore.ordered.runner import OrderedTask
-from pyspark import cloudpickle
-
-from orderedstream.core.errors import FencedError, OrderViolationError
 
 # The user functions below travel to executors by value (this module is not importable there).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -8,13 +8,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
+from orderedstream.core.errors import SchemaMismatchError
 from orderedstream.statestore.ordered import GroupState, OrderedStateful
 from orderedstream.statestore.ordered.keyed_state import encode_key
 from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit
 from orderedstream.statestore.ordered.records import RecordDecoder, column_values, encoded_keys
 from orderedstream.statestore.ordered.runner import OrderedTask, PartitionRun
-
-from orderedstream.core.errors import SchemaMismatchError
 
 MICROS = [0, 1_700_000_000_123_456, None, -86_400_000_001, 1_710_000_000_000_000]
 

@@ -13,6 +13,11 @@ import pyarrow.compute as pc
 import pytest
 from kafka_frames import kafka_batch
 from order_check import ORDER_SCHEMA, check_order
+from pyspark import cloudpickle
+
+from orderedstream.core.errors import CorruptStateError, OptionError, StateNotFoundError
+from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
+from orderedstream.dev.services.spark import s3a_conf
 from orderedstream.statestore.manifest import read_manifest
 from orderedstream.statestore.ordered import OrderedStateful, RetentionPolicy
 from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit
@@ -20,11 +25,6 @@ from orderedstream.statestore.ordered.retention import OrderedRetention
 from orderedstream.statestore.ordered.runner import OrderedTask
 from orderedstream.statestore.ordered.state_access import open_store
 from orderedstream.statestore.retention import artifact_of
-from pyspark import cloudpickle
-
-from orderedstream.core.errors import CorruptStateError, OptionError, StateNotFoundError
-from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
-from orderedstream.dev.services.spark import s3a_conf
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

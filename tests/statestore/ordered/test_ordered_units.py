@@ -9,6 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
+from orderedstream.core.errors import OptionError, OrderViolationError, SchemaMismatchError
 from orderedstream.statestore.ordered import (
     EventTimeTimeout,
     GroupState,
@@ -22,8 +24,6 @@ from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit, ad
 from orderedstream.statestore.ordered.runner import OrderedTask
 from orderedstream.statestore.ordered.state_access import store_options
 from orderedstream.statestore.store import StateStore
-
-from orderedstream.core.errors import OptionError, OrderViolationError, SchemaMismatchError
 
 INPUT = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                    ("partition", pa.int32()), ("offset", pa.int64()),
