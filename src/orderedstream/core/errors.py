@@ -64,3 +64,31 @@ class ShimBuildError(OrderedStreamError):
 
 class PlacementError(OrderedStreamError, ValueError):
     """A placement request names a partition the DataFrame lacks, or a state key is empty."""
+
+
+class CorruptLogError(OrderedStreamError):
+    """A commit record (or a derived Spark log file) is unreadable, vanished, or malformed."""
+
+
+class UnsupportedFormatError(OrderedStreamError):
+    """Stored data is in a format this version cannot read (written by a newer version)."""
+
+
+class UnsupportedStorageError(OrderedStreamError):
+    """A filesystem cannot do what fencing needs (exclusive create, compare-and-swap)."""
+
+
+class TableIntegrityError(OrderedStreamError):
+    """A table's files disagree with its commit log (a file missing, rows lost in a rewrite)."""
+
+
+class StateValueError(OrderedStreamError, ValueError):
+    """A state key or value cannot be stored: wrong type, or not what the codec accepts."""
+
+
+class UserFunctionError(OrderedStreamError):
+    """The user's function returned something that is not rows of the output schema."""
+
+
+class InvariantError(OrderedStreamError):
+    """An internal invariant of the pack does not hold: a bug, reported with what was seen."""
