@@ -255,13 +255,14 @@ def run_child(kind: str, args: dict[str, Any]) -> dict[str, Any]:
 
 # ---- drivers -------------------------------------------------------------------------------------
 def run_restore(ns: argparse.Namespace, out_dir: Path) -> list[dict[str, Any]]:
-    from orderedstream.dev.services.s3 import S3Server, s3_storage_options
+    from orderedstream.core.storage import s3_endpoint_options
+    from orderedstream.dev.services.s3 import S3Server
 
     work = Path(tempfile.mkdtemp(prefix="statestore-scale-", dir=ns.workdir))
     server = None
     try:
         if ns.s3_endpoint:
-            endpoint, storage = ns.s3_endpoint, s3_storage_options(ns.s3_endpoint)
+            endpoint, storage = ns.s3_endpoint, s3_endpoint_options(ns.s3_endpoint)
         else:
             server = S3Server(work / "s3").start()
             endpoint, storage = server.endpoint, server.storage_options

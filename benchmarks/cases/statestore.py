@@ -47,6 +47,7 @@ from typing import Any
 import rocksdict
 
 from benchmarks.common import CaseContext, Result, peak_rss_mb
+from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.statestore import (
     EMPTY_VERSION,
     BytesCodec,
@@ -458,10 +459,9 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="statestore-bench-")
     location: Any
     if args.s3_endpoint:
-        from orderedstream.dev.services.s3 import s3_storage_options
-
+        # An external endpoint: credentials from the standard AWS chain (environment).
         location = StateLocation(f"s3://lake/bench-state/{int(time.time())}",
-                                 s3_storage_options(args.s3_endpoint))
+                                 s3_endpoint_options(args.s3_endpoint))
     else:
         location = StateLocation(f"file://{workdir}/remote")
     try:

@@ -1,21 +1,39 @@
-"""``orderedstream``: the pack's command line (demo / main job on embedded defaults)."""
+"""``orderedstream``: the pack's command line.
+
+- ``demo``: the main job on embedded services (local Kafka, S3 and Spark), then verified;
+- ``run``: the main job against given Kafka and storage, until stopped;
+- ``sink ...``: inspect and maintain a fenced Parquet table (``orderedstream.sinks.cli``);
+- ``shim-jar``: the bundled JVM shim's path, for ``spark-submit --jars``.
+
+S3 credentials come from the standard AWS chain (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, an instance role): never from the command line,
+where every user of the machine can read them in the process list.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+
+from orderedstream.app.job.demo import run_demo
+from orderedstream.app.job.generator import GeneratorOptions
+from orderedstream.app.job.pipeline import JobMonitor, JobOptions, start_job
+from orderedstream.core.jvm import bundled_jar
+from orderedstream.core.storage import s3_endpoint_options
+from orderedstream.dev.services.embedded import embedded_services
+from orderedstream.dev.services.spark import local_spark_session
+from orderedstream.sinks.cli import register as register_sink_commands
+
 
 def _demo(args: argparse.Namespace) -> int:
-    from orderedstream.app.job.demo import run_demo
-    from orderedstream.app.job.generator import GeneratorOptions
-    from orderedstream.dev.services.embedded import embedded_services
-    from orderedstream.dev.services.spark import local_spark_session
-
     began = time.monotonic()
     with embedded_services(args.bootstrap_servers, args.s3_endpoint, args.workdir,
                            bucket=args.bucket) as endpoints:
@@ -30,8 +48,6 @@ def _demo(args: argparse.Namespace) -> int:
                                rows=args.rows, updates=args.updates, seed=args.seed)
 
         def create_topic(name: str, partitions: int) -> None:
-            from confluent_kafka.admin import AdminClient, NewTopic
-
             admin = AdminClient({"bootstrap.servers": endpoints.bootstrap})
             admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
@@ -56,14 +72,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Run the job against given services until stopped (SIGINT/SIGTERM stop it cleanly)."""
-    import signal
-
-    from orderedstream.app.job.pipeline import JobMonitor, JobOptions, start_job
-    from orderedstream.dev.services.s3 import s3_storage_options
-    from orderedstream.dev.services.spark import local_spark_session
-
-    storage = (s3_storage_options(args.s3_endpoint, args.access_key, args.secret_key)
-               if args.s3_endpoint else {})
+    # s3:// URLs: the endpoint (if not AWS) from the command line, credentials from the
+    # standard AWS chain; other fsspec URLs need no options.
+    storage = s3_endpoint_options(args.s3_endpoint) if args.s3_endpoint else {}
     opts = JobOptions(bootstrap=args.bootstrap_servers, output=args.output,
                       state_location=args.state, checkpoint=args.checkpoint,
                       topic_pattern=args.topic_pattern, storage_options=storage,
@@ -71,8 +82,6 @@ def _run(args: argparse.Namespace) -> int:
                       idle_timeout=args.idle_timeout)
     if os.environ.get("PYSPARK_GATEWAY_PORT") and args.master is None:
         # Launched by spark-submit: its --master, --conf and --jars configure the session.
-        from pyspark.sql import SparkSession
-
         spark = SparkSession.builder.appName("orderedstream-job").getOrCreate()
     else:
         spark = local_spark_session("orderedstream-job", master=args.master or "local[2,4]")
@@ -97,6 +106,16 @@ def _run(args: argparse.Namespace) -> int:
           f"{'' if error is None else f'; failed: {error}'}", flush=True)
     spark.stop()
     return 1 if error is not None else 0
+
+
+def _shim_jar(_args: argparse.Namespace) -> int:
+    jar = bundled_jar()
+    if jar is None:
+        print("orderedstream: this installation has no shim jar (build it from a checkout "
+              "with 'python -m orderedstream.dev.shim build')", file=sys.stderr)
+        return 1
+    print(jar)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,20 +143,27 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--state", required=True, help="fsspec URL of the state location")
     run.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     run.add_argument("--topic-pattern", default="sessions-.*", help="subscribePattern regex")
-    run.add_argument("--s3-endpoint", help="S3 endpoint URL for s3:// URLs (else AWS default)")
-    run.add_argument("--access-key", default="orderedstream", help="S3 access key")
-    run.add_argument("--secret-key", default="orderedstream-secret", help="S3 secret key")
+    run.add_argument("--s3-endpoint",
+                     help="S3 endpoint URL for s3:// URLs (default: AWS). Credentials come from "
+                          "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
     run.add_argument("--master", default=None,
                      help="Spark master (default: spark-submit's, else local[2,4])")
-    run.add_argument("--trigger", default="2 seconds", help="processing-time trigger interval")
+    run.add_argument("--trigger", default="2 seconds",
+                     help="processing-time trigger interval (default: 2 seconds)")
     run.add_argument("--available-now", action="store_true",
                      help="process what is in Kafka now, then stop (Trigger.AvailableNow)")
-    run.add_argument("--max-offsets-per-trigger", type=int, default=100_000)
-    run.add_argument("--idle-timeout", default="10 minutes", help="expire idle sessions after")
-    run.add_argument("--progress-every", type=float, default=10.0, help="seconds between lines")
+    run.add_argument("--max-offsets-per-trigger", type=int, default=100_000,
+                     help="Kafka records per micro-batch at most, over all partitions "
+                          "(default: 100000; 0: no limit)")
+    run.add_argument("--idle-timeout", default="10 minutes",
+                     help="expire sessions idle for this long, e.g. '30 min' (default: 10 "
+                          "minutes)")
+    run.add_argument("--progress-every", type=float, default=10.0,
+                     help="seconds between progress lines (default: 10)")
     run.set_defaults(func=_run)
-    from orderedstream.sinks.cli import register as register_sink_commands
-
+    jar = sub.add_parser("shim-jar", help="print the bundled JVM shim jar's path (for "
+                                          "spark-submit --jars); exit 1 if it was not built")
+    jar.set_defaults(func=_shim_jar)
     register_sink_commands(sub)  # orderedstream sink {batches,files,verify,compact,vacuum}
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

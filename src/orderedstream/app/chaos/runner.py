@@ -35,10 +35,12 @@ from typing import Any
 import psutil
 
 from orderedstream.app.chaos.s3proxy import FaultyS3Proxy
+from orderedstream.app.job.demo import verify_output
 from orderedstream.app.job.generator import GeneratorOptions, generate
-from orderedstream.app.job.pipeline import JobOptions
+from orderedstream.app.job.pipeline import JobOptions, make_processor
+from orderedstream.core.commitlog import CommitLog
 from orderedstream.dev.services.kafka import KafkaBroker
-from orderedstream.dev.services.s3 import S3Server, s3_storage_options
+from orderedstream.dev.services.s3 import S3Server
 from orderedstream.dev.services.spark import SparkStandaloneCluster
 
 FAULTS = ("kill_driver", "kill_worker", "kill_broker", "stop_s3", "s3_faults")
@@ -122,10 +124,8 @@ class ChaosRun:
 
     # ---- services and the job process -------------------------------------------------------
     def _log_commits(self) -> Any:
-        from orderedstream.core.commitlog import CommitLog
-
         assert self.opts is not None
-        return CommitLog(self.opts.output, s3_storage_options(self.s3.endpoint))
+        return CommitLog(self.opts.output, self.s3.storage_options)
 
     def _latest_batch(self) -> int:
         try:
@@ -148,7 +148,8 @@ class ChaosRun:
         log = open(self.workdir / "job.log", "ab")  # noqa: SIM115 - owned by the child
         log.write(f"\n=== job start {time.strftime('%X')} {' '.join(argv[3:])}\n".encode())
         log.flush()
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+        env = {**os.environ, **self.s3.aws_env(), "PYSPARK_PYTHON": sys.executable,
+               "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local")}
         self.job = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
@@ -336,12 +337,9 @@ class ChaosRun:
         return self.report
 
     def _verify(self) -> None:
-        from orderedstream.app.job.demo import verify_output
-        from orderedstream.app.job.pipeline import make_processor
-
         assert self.opts is not None
         opts = JobOptions(**{**asdict(self.opts),
-                             "storage_options": s3_storage_options(self.s3.endpoint)})
+                             "storage_options": self.s3.storage_options})
         processor = make_processor(opts)
         verdict = verify_output(processor, opts)
         latest = processor.log.latest()

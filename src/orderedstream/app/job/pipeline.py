@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
+from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
 _log = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ class JobOptions:
 
 def make_processor(opts: JobOptions) -> Any:
     """The ``foreachBatch`` function: ordered state per session, one output table."""
-    from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
-
     return OrderedStateful(
         SessionLogic(opts.snapshot_every, opts.idle_timeout),
         state_location=opts.state_location, output=opts.output, output_schema=OUTPUT_SCHEMA,

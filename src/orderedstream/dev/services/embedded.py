@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.dev.services.kafka import KafkaBroker
-from orderedstream.dev.services.s3 import S3Server, s3_storage_options
+from orderedstream.dev.services.s3 import S3Server
 
 _log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ def embedded_services(bootstrap: str | None = None, s3_endpoint: str | None = No
             options = s3.storage_options
             started.append(f"SeaweedFS S3 on {s3_endpoint} (bucket {bucket}), log {s3.log_path}")
         else:
-            options = s3_storage_options(s3_endpoint)
+            # An external endpoint: credentials from the standard AWS chain (environment).
+            options = s3_endpoint_options(s3_endpoint)
         yield Endpoints(bootstrap, s3_endpoint, options, root, started)
     finally:
         if broker is not None:

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from orderedstream.core.errors import ServiceError
+from orderedstream.dev.services.spark import spark_home
 
 KAFKA_VERSION = "4.1.1"
 
@@ -109,8 +110,6 @@ HADOOP_AWS_SDK_VERSIONS = {"3.5.0": "2.35.4"}
 
 def bundled_hadoop_version() -> str:
     """The hadoop-client version pyspark ships (from its hadoop-client-api jar name)."""
-    from orderedstream.dev.services.spark import spark_home
-
     for jar in (spark_home() / "jars").glob("hadoop-client-api-*.jar"):
         return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
     raise ServiceError(f"no hadoop-client-api jar under {spark_home() / 'jars'}")
@@ -123,8 +122,6 @@ def hadoop_aws_jars(hadoop_version: str | None = None) -> list[str]:
     pyspark already ships (netty, httpclient, commons-codec, slf4j, commons-logging via
     jcl-over-slf4j) are left out so Spark's versions win.
     """
-    from orderedstream.dev.services.spark import spark_home
-
     version = hadoop_version or bundled_hadoop_version()
     sdk = HADOOP_AWS_SDK_VERSIONS.get(version)
     if sdk is None:

@@ -49,6 +49,11 @@ class S3Server:
         """fsspec/s3fs keyword arguments for this endpoint (pass to ``fsspec.filesystem('s3')``)."""
         return s3_storage_options(self.endpoint, key=ACCESS_KEY, secret=SECRET_KEY)
 
+    def aws_env(self) -> dict[str, str]:
+        """The standard AWS variables that let a child process (the CLI) reach this server."""
+        return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+                "AWS_REGION": "us-east-1"}
+
     def filesystem(self) -> Any:
         """A fresh (uncached) s3fs filesystem for this endpoint."""
         import s3fs

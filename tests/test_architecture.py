@@ -1,0 +1,169 @@
+"""The package's shape, checked from its source: one import root, layers that import only
+downward, no import cycle between files (function-level imports included), modules of one job
+(450 lines at most), py4j reached from one module, and a wheel with one root."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Import name -> source folder, as pyproject.toml's package-dir mounts them.
+MOUNTS = {
+    "orderedstream": ROOT / "src" / "orderedstream",
+    "orderedstream.python_datasource": ROOT / "python_datasource",
+    "orderedstream.statestore": ROOT / "statestore",
+    "orderedstream.sinks": ROOT / "sinks",
+}
+#: Layer of each module prefix (longest prefix wins); a module imports only its own layer and
+#: the ones below it. Libraries do not import each other.
+LAYERS = {
+    "orderedstream": 0,
+    "orderedstream.core": 0,
+    "orderedstream.python_datasource": 1,
+    "orderedstream.statestore": 1,
+    "orderedstream.sinks": 1,
+    "orderedstream.statestore.ordered": 2,  # the ordered stage: integrates the three libraries
+    "orderedstream.dev": 3,  # local services and the shim's build
+    "orderedstream.app": 4,  # CLI, main job, chaos suite
+}
+LIBRARIES = ("orderedstream.python_datasource", "orderedstream.statestore", "orderedstream.sinks")
+MAX_LINES = 450
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for name, folder in MOUNTS.items():
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder).with_suffix("").parts
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            module = ".".join((name, *rel))
+            if module not in found or name != "orderedstream":
+                found[module] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Every project module ``module`` imports, wherever the import statement stands."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                     for alias in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in MODULES:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):
+                targets.add(name)  # a package's own __init__ runs first anyway: not an edge
+    return targets
+
+
+GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
+
+
+def _layer(module: str) -> tuple[int, str]:
+    prefix = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[prefix], prefix
+
+
+def test_every_import_goes_down_the_layers() -> None:
+    wrong = []
+    for module, targets in GRAPH.items():
+        level, group = _layer(module)
+        for target in targets:
+            t_level, t_group = _layer(target)
+            sideways = (group in LIBRARIES and t_group in LIBRARIES and t_group != group)
+            if t_level > level or sideways:
+                wrong.append(f"{module} ({group}) imports {target} ({t_group})")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_no_import_cycle_between_files() -> None:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in GRAPH[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in GRAPH:
+        if module not in index:
+            visit(module)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_checker_sees_a_cycle_and_a_function_level_import(tmp_path: Path) -> None:
+    """The graph counts imports inside functions, so a cycle hidden there is still found."""
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from orderedstream.app.cli import main\n")
+    assert _imports("orderedstream.core.errors", source) == {"orderedstream.app.cli"}
+
+
+def test_modules_stay_small() -> None:
+    files = [*MODULES.values(), *ROOT.joinpath("tests").rglob("*.py"),
+             *ROOT.joinpath("benchmarks").rglob("*.py"), *ROOT.joinpath("src").glob("*.py")]
+    big = {str(p.relative_to(ROOT)): n for p in files
+           if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not big, f"modules over {MAX_LINES} lines: {big}"
+
+
+def test_only_core_jvm_reaches_py4j() -> None:
+    jvm = MODULES["orderedstream.core.jvm"]
+    users = [str(p.relative_to(ROOT)) for p in MODULES.values()
+             if p != jvm and ("import py4j" in p.read_text() or "from py4j" in p.read_text()
+                              or "._jvm" in p.read_text())]
+    assert not users, f"py4j outside orderedstream.core.jvm: {users}"
+
+
+def test_wheel_installs_one_root_and_the_registration_modules(tmp_path: Path) -> None:
+    """``pip install .`` puts ``orderedstream`` and the ``pyspark_*`` modules at top level."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("orderedstream-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top == {"orderedstream", "pyspark_orderedkafka.py", "pyspark_fencedparquet.py",
+                   "pyspark_rocksstate.py"}
+    packaged = {n.removesuffix("/__init__.py").replace("/", ".") for n in names
+                if n.endswith("/__init__.py")}
+    expected = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+    assert packaged == expected, f"missing from the wheel: {expected - packaged}"
