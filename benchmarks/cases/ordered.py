@@ -38,69 +38,22 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from benchmarks.cases.ordered_logic import (
+    COLUMNS,
+    OUTPUT_DDL,
+    CheckOrderProcessor,
+    check_order,
+    check_order_pandas,
+)
 
 ENGINES = ("ordered", "ordered_records", "pandas", "tws")
 OURS = ("ordered", "ordered_records")
 BASELINE_NAMES = {"pandas": "groupBy().applyInPandasWithState",
                   "tws": "groupBy().transformWithStateInPandas"}
-OUTPUT_DDL = "key binary, partition int, offset long, seq long, violation int"
-# The input columns the logic reads (besides the key): every engine gets only these.
-COLUMNS = ("value", "partition", "offset")
 SPILL_CONF = "spark.shuffle.spill.numElementsForceSpillThreshold"
-
-
-# ---- the same logic, three ways --------------------------------------------------------
-def check_order(key: Any, record: Any, state: Any) -> list[tuple[Any, ...]]:
-    """``OrderedStateful`` function: one call per record, in offset order."""
-    seq = int(record["value"])
-    previous = state.get_option(-1)
-    state.update(seq)
-    return [(key, record["partition"], record["offset"], seq, 0 if seq == previous + 1 else 1)]
-
-
-def _checked_frames(frames: Iterator[Any], last: list[int]) -> Iterator[Any]:
-    """One key's pandas frames, in the order Spark hands them over, as output frames;
-    ``last[0]``: the key's last value before, then after them."""
-    import pandas as pd
-
-    previous = last[0]
-    for frame in frames:
-        seqs = [int(v) for v in frame["value"]]
-        violations = []
-        for seq in seqs:
-            violations.append(0 if seq == previous + 1 else 1)
-            previous = seq
-        last[0] = previous
-        yield pd.DataFrame({"key": frame["key"], "partition": frame["partition"],
-                            "offset": frame["offset"], "seq": seqs, "violation": violations})
-
-
-def check_order_pandas(key: Any, frames: Any, state: Any) -> Iterator[Any]:
-    """``applyInPandasWithState`` function: all of one key's rows of a batch, as frames."""
-    last = [state.get[0] if state.exists else -1]
-    yield from _checked_frames(frames, last)
-    state.update((last[0],))
-
-
-class CheckOrderProcessor(StatefulProcessor):
-    """``transformWithStateInPandas`` processor: the last value in a ``ValueState``."""
-
-    def init(self, handle: Any) -> None:
-        self.last = handle.getValueState("last", "last long")
-
-    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any,
-                        ) -> Iterator[Any]:
-        last = [self.last.get()[0] if self.last.exists() else -1]
-        yield from _checked_frames(rows, last)
-        self.last.update((last[0],))
-
-    def close(self) -> None:
-        pass
 
 
 # ---- data --------------------------------------------------------------------------------
