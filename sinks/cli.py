@@ -12,12 +12,31 @@ import json
 import sys
 from typing import Any
 
+from orderedstream.core.errors import OptionError, OrderedStreamError
 from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.sinks.options import parse_size
 
+#: fsspec option names that carry secrets: refused on the command line (the process list shows
+#: it to every user of the machine); the AWS chain or the filesystem's own config supplies them.
+SECRET_OPTIONS = ("key", "secret", "token", "password", "session_token", "access_key",
+                  "secret_key", "account_key", "sas_token", "client_secret")
+
 
 def _storage(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = json.loads(args.storage_options) if args.storage_options else {}
+    options: dict[str, Any] = {}
+    if args.storage_options:
+        try:
+            options = json.loads(args.storage_options)
+        except json.JSONDecodeError as exc:
+            raise OptionError(f"--storage-options is not JSON ({exc}): pass an object such as "
+                              "'{\"anon\": true}'") from None
+        if not isinstance(options, dict):
+            raise OptionError("--storage-options must be a JSON object of fsspec options")
+        secret = sorted(k for k in options if k.lower() in SECRET_OPTIONS)
+        if secret:
+            raise OptionError(f"--storage-options must not carry secrets ({', '.join(secret)}): "
+                              "use AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a "
+                              "role for S3, or the filesystem's own configuration")
     if args.s3_endpoint:
         # Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID, ...), never argv.
         options = {**s3_endpoint_options(args.s3_endpoint), **options}
@@ -115,15 +134,24 @@ def _add_commands(parser: argparse.ArgumentParser) -> None:
             ("vacuum", _vacuum, "delete orphan and retired files older than a grace period")]:
         cmd = sub.add_parser(command, help=help_text)
         cmd.add_argument("url", help="table root (any fsspec URL)")
-        cmd.add_argument("--storage-options", help="fsspec options as a JSON object")
-        cmd.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (path-style)")
+        cmd.add_argument("--storage-options",
+                         help="fsspec options as a JSON object, without secrets")
+        cmd.add_argument("--s3-endpoint",
+                         help="S3-compatible endpoint URL (path-style); credentials from "
+                              "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
         if command == "compact":
-            cmd.add_argument("--target-file-size", default="128MB")
-            cmd.add_argument("--min-files", type=int, default=2)
-            cmd.add_argument("--metadata-compact-interval", type=int, default=10)
+            cmd.add_argument("--target-file-size", default="128MB",
+                             help="size of the rewritten files, e.g. 64MB (default: 128MB)")
+            cmd.add_argument("--min-files", type=int, default=2,
+                             help="rewrite a folder only from this many small files (default: 2)")
+            cmd.add_argument("--metadata-compact-interval", type=int, default=10,
+                             help="_spark_metadata compaction interval, in versions (default: 10)")
         if command == "vacuum":
-            cmd.add_argument("--grace-seconds", type=float, default=24 * 3600)
-            cmd.add_argument("--dry-run", action="store_true")
+            cmd.add_argument("--grace-seconds", type=float, default=24 * 3600,
+                             help="delete only files older than this, in seconds (default: "
+                                  "86400, one day)")
+            cmd.add_argument("--dry-run", action="store_true",
+                             help="list what would be deleted, delete nothing")
         cmd.set_defaults(func=func)
 
 
@@ -131,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orderedstream.sinks", description=__doc__)
     _add_commands(parser)
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except OrderedStreamError as exc:
+        parser.exit(2, f"{parser.prog}: {type(exc).__name__}: {exc}\n")
 
 
 if __name__ == "__main__":

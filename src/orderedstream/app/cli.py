@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from orderedstream.app.job.demo import run_demo
 from orderedstream.app.job.generator import GeneratorOptions
 from orderedstream.app.job.pipeline import JobMonitor, JobOptions, start_job
+from orderedstream.core.errors import OrderedStreamError
 from orderedstream.core.jvm import bundled_jar
 from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.dev.services.embedded import embedded_services
@@ -167,7 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     register_sink_commands(sub)  # orderedstream sink {batches,files,verify,compact,vacuum}
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except OrderedStreamError as exc:
+        parser.exit(2, f"orderedstream: {type(exc).__name__}: {exc}\n")
 
 
 if __name__ == "__main__":

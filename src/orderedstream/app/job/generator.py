@@ -18,7 +18,7 @@ from typing import Any
 from orderedstream.app.job.messages import encode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GeneratorOptions:
     """What to generate. ``late_sites`` topics appear only after half the records are sent.
 

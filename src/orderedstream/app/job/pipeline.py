@@ -20,7 +20,7 @@ from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTime
 _log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobOptions:
     """Where the job reads and writes, and how it batches.
 
