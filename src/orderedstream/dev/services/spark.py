@@ -44,7 +44,13 @@ def default_conf(tmp_dir: Path | None = None) -> dict[str, str]:
         "spark.driver.extraJavaOptions": "-Dio.netty.tryReflectionSetAccessible=true",
     }
     if tmp_dir is not None:
+        # Scratch space and the JVMs' java.io.tmpdir (Spark makes spark-<uuid> folders there,
+        # left behind when a JVM is killed) both go under tmp_dir, not the system temp dir.
+        Path(tmp_dir).mkdir(parents=True, exist_ok=True)
+        java_tmp = f" -Djava.io.tmpdir={tmp_dir}"
         conf["spark.local.dir"] = str(tmp_dir)
+        conf["spark.driver.extraJavaOptions"] += java_tmp
+        conf["spark.executor.extraJavaOptions"] = java_tmp.strip()
     jar = bundled_jar()
     if jar is not None:
         conf["spark.jars"] = str(jar)
@@ -90,14 +96,16 @@ class SparkStandaloneCluster:
         env.update(python_env())
         env.update({"SPARK_HOME": str(spark_home()), "SPARK_NO_DAEMONIZE": "1",
                     "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(self.workdir / "work"),
-                    "SPARK_LOCAL_DIRS": str(self.workdir / "local")})
+                    "SPARK_LOCAL_DIRS": str(self.workdir / "local"),
+                    # The master's and workers' own temp folders stay in the workdir too.
+                    "SPARK_DAEMON_JAVA_OPTS": f"-Djava.io.tmpdir={self.workdir / 'tmp'}"})
         return env
 
     def _spark_class(self, *args: str) -> list[str]:
         return [str(spark_home() / "bin" / "spark-class"), *args]
 
     def start(self, timeout: float = 90.0) -> SparkStandaloneCluster:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "tmp").mkdir(parents=True, exist_ok=True)
         self.master = ManagedProcess(
             "spark-master",
             self._spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
