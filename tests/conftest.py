@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/fixtures.py, tests/helpers
-
-from fixtures import (  # noqa: E402,F401
+from tests.fixtures import (  # noqa: F401
     cluster_spark,
     kafka,
     make_kafka,
@@ -36,9 +36,47 @@ def _terminate(signum: int, _frame: object) -> None:
 signal.signal(signal.SIGTERM, _terminate)
 
 
+#: Fixtures that start a service (Kafka, S3, Spark) or build the shim with Maven.
+SERVICE_FIXTURES = frozenset({"kafka", "make_kafka", "s3", "make_s3", "s3_url", "s3_table", "topic",
+                              "spark", "spark_sessions", "spark_cluster", "cluster_spark",
+                              "services_dir", "shim_jar"})
+#: Folders whose tests start services or processes of their own.
+SERVICE_FOLDERS = ("foundation", "chaos", "shim", "job")
+
+
+def _needs_services(item: pytest.Item) -> bool:
+    closure = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    folder = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts[0]
+    return (bool(closure & SERVICE_FIXTURES) or "s3" in params.values()
+            or folder in SERVICE_FOLDERS)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run cluster tests last, so the local session is switched to the cluster only once."""
+    """Mark tests that need no service ``unit`` (``scripts/test -m unit``: the fast lane; a
+    storage-parametrized test is unit for ``file`` and not for ``s3``), and run cluster tests
+    last, so the local session is switched to the cluster only once."""
+    for item in items:
+        if not _needs_services(item):
+            item.add_marker(pytest.mark.unit)
     items.sort(key=lambda item: 1 if item.get_closest_marker("cluster") else 0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_spark_folders_left_in_the_temp_dir() -> Iterator[None]:
+    """Spark's JVMs keep their temp folders under the session's tmp_dir; under CI a run that
+    leaves ``spark-*`` / ``blockmgr-*`` folders in the system temp dir fails."""
+    temp = Path(tempfile.gettempdir())
+
+    def leftovers() -> set[Path]:
+        return {*temp.glob("spark-*"), *temp.glob("blockmgr-*")}
+
+    before = leftovers()
+    yield
+    new = sorted(str(p) for p in leftovers() - before)
+    if new and os.environ.get("CI"):
+        pytest.fail(f"the test run left Spark temp folders in {temp}: {new[:10]}")
 
 
 @pytest.hookimpl(hookwrapper=True)

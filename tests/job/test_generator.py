@@ -3,10 +3,9 @@ back."""
 
 from __future__ import annotations
 
-from fixtures import unique
-
 from orderedstream.app.job.generator import GeneratorOptions, generate
 from orderedstream.app.job.verify import compare, expected_from_topics, read_topics
+from tests.fixtures import unique
 
 
 def test_generated_sessions_read_back_in_order_with_dead_letters(kafka) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fixtures import unique
-
 from orderedstream.app.job.demo import run_demo
 from orderedstream.app.job.generator import GeneratorOptions
+from tests.fixtures import unique
 
 
 def test_demo_job_rebuilds_sessions_exactly_once_in_order(spark, kafka, s3, tmp_path: Path) -> None:

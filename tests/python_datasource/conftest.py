@@ -1,8 +1,2 @@
-"""Fixtures for the orderedkafka tests (shared broker and Spark come from tests/fixtures.py)."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+"""The orderedkafka tests use the shared broker and Spark of tests/fixtures.py (registered by
+tests/conftest.py); their helpers are in ``tests.python_datasource.source_helpers``."""

@@ -10,9 +10,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from source_helpers import assert_ordered_one_task, keyed, offsets_log, run_available_now, stream
 
 from orderedstream.dev.services.process import wait_until
+from tests.python_datasource.source_helpers import (
+    assert_ordered_one_task,
+    keyed,
+    offsets_log,
+    run_available_now,
+    stream,
+)
 
 
 def produce_spread(kafka: Any, name: str, partitions: int, per_partition: int) -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from source_helpers import assert_ordered_one_task, keyed, offsets_log, run_available_now, stream
+from tests.python_datasource.source_helpers import (
+    assert_ordered_one_task,
+    keyed,
+    offsets_log,
+    run_available_now,
+    stream,
+)
 
 
 def test_reads_every_record_in_order_by_name(spark: Any, kafka: Any, topic: Any,

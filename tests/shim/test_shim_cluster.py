@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures import unique
-from shim_helpers import STAGE_SCHEMA, executor_stage, register_batches_source
 
 from orderedstream.core.jvm import Placement
 from orderedstream.dev.services.process import wait_until
+from tests.fixtures import unique
+from tests.shim.shim_helpers import STAGE_SCHEMA, executor_stage, register_batches_source
 
 pytestmark = pytest.mark.cluster
 

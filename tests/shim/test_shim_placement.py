@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shim_helpers import STAGE_SCHEMA, executor_stage
 
 from orderedstream.core.errors import PlacementError
 from orderedstream.core.jvm import Placement
+from tests.shim.shim_helpers import STAGE_SCHEMA, executor_stage
 
 
 def test_prefer_keeps_rows_and_partitions(spark: Any, shim_jar: Path) -> None:

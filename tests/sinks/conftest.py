@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures import unique
+
+from tests.fixtures import unique
 
 
 @pytest.fixture(params=["local", "s3"])

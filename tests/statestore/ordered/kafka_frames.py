@@ -8,6 +8,7 @@ A minimal Python Data Source (``orderedtestkafka``) over confluent-kafka; it sta
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -103,10 +104,9 @@ def kafka_batch(spark: Any, bootstrap: str, topic: str,
                 ranges: Mapping[int, tuple[int, int]]) -> Any:
     """Records ``[start, end)`` of each Kafka partition as a DataFrame, one Spark partition
     per Kafka partition, in offset order."""
-    import kafka_frames
     from pyspark import cloudpickle
 
-    cloudpickle.register_pickle_by_value(kafka_frames)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark.dataSource.register(OrderedTestKafkaSource)
     return (spark.read.format("orderedtestkafka").option("bootstrap", bootstrap)
             .option("topic", topic)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from kafka_frames import kafka_batch
-from order_check import check_order
 from pyspark import cloudpickle
 
 from orderedstream.statestore.ordered import OrderedStateful
+from tests.statestore.ordered.kafka_frames import kafka_batch
+from tests.statestore.ordered.order_check import check_order
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -22,8 +22,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from order_check import ORDER_SCHEMA as SCHEMA
-from order_check import check_order
 from pyspark import cloudpickle
 
 from orderedstream.core import jvm
@@ -32,6 +30,8 @@ from orderedstream.dev import shim
 from orderedstream.dev.services.process import wait_until
 from orderedstream.statestore.ordered import BatchResult, OrderedStateful
 from orderedstream.statestore.ordered.placement import OffsetLogMismatch, kafka_partition_order
+from tests.statestore.ordered.order_check import ORDER_SCHEMA as SCHEMA
+from tests.statestore.ordered.order_check import check_order
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -13,8 +13,6 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from kafka_frames import kafka_batch
-from order_check import ORDER_SCHEMA, check_order
 from pyspark import cloudpickle
 
 from orderedstream.core.errors import FencedError, OrderViolationError
@@ -24,6 +22,8 @@ from orderedstream.statestore.ordered import (
     ProcessingTimeTimeout,
 )
 from orderedstream.statestore.ordered.runner import OrderedTask
+from tests.statestore.ordered.kafka_frames import kafka_batch
+from tests.statestore.ordered.order_check import ORDER_SCHEMA, check_order
 
 # The user functions below travel to executors by value (this module is not importable there).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

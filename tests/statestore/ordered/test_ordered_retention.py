@@ -11,8 +11,6 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from kafka_frames import kafka_batch
-from order_check import ORDER_SCHEMA, check_order
 from pyspark import cloudpickle
 
 from orderedstream.core.errors import CorruptStateError, OptionError, StateNotFoundError
@@ -25,6 +23,8 @@ from orderedstream.statestore.ordered.retention import OrderedRetention
 from orderedstream.statestore.ordered.runner import OrderedTask
 from orderedstream.statestore.ordered.state_access import open_store
 from orderedstream.statestore.retention import artifact_of
+from tests.statestore.ordered.kafka_frames import kafka_batch
+from tests.statestore.ordered.order_check import ORDER_SCHEMA, check_order
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -20,11 +20,11 @@ from typing import Any
 import fsspec
 import pyarrow.compute as pc
 import pytest
-from kafka_frames import kafka_batch
 from pyspark import cloudpickle
 
 from orderedstream.statestore.ordered import OrderedStateful
 from orderedstream.statestore.retention import artifact_of
+from tests.statestore.ordered.kafka_frames import kafka_batch
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
