@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -119,9 +120,9 @@ def test_cli_lists_batches_and_verifies(s3_table, s3) -> None:
     fill(url, opts, batches=2)
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "sinks", *args, url, "--s3-endpoint",
-                               s3.endpoint], capture_output=True, text=True, timeout=120,
-                              cwd="/work/main")
+        return subprocess.run([sys.executable, "-m", "orderedstream.sinks", *args, url,
+                               "--s3-endpoint", s3.endpoint], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, **s3.aws_env()})
 
     batches = run("batches")
     assert batches.returncode == 0, batches.stderr

@@ -204,34 +204,35 @@ def test_spark_read_parquet_sees_exactly_committed_rows(spark, tmp_path):
 
 
 def test_two_concurrent_queries_on_one_path_one_survives_consistent(spark, s3_table, tmp_path):
+    """Two queries write one path at once: the writer that claimed the path last survives and
+    commits all of its input; the other is refused before it commits anything."""
     url, opts = s3_table("two")
     inputs = {"a": make_input(tmp_path / "in-a", 4), "b": make_input(tmp_path / "in-b", 4,
                                                                         start_file=100)}
-    queries = {}
-    for name, directory in inputs.items():
-        sink = FencedParquetBatchWriter(url, storage_options=opts, writer_id=f"query-{name}")
-        queries[name] = (stream(spark, directory).writeStream.foreachBatch(sink)
-                         .option("checkpointLocation", str(tmp_path / f"ck-{name}"))
-                         .trigger(availableNow=True).start())
+    sinks = {name: FencedParquetBatchWriter(url, storage_options=opts, writer_id=f"query-{name}")
+             for name in inputs}
+    for name in ("a", "b"):  # b claims the path after a: b owns it, a is fenced
+        sinks[name].claim()
+    queries = {name: (stream(spark, directory).writeStream.foreachBatch(sinks[name])
+                      .option("checkpointLocation", str(tmp_path / f"ck-{name}"))
+                      .trigger(availableNow=True).start())
+               for name, directory in inputs.items()}
     errors = {}
     for name, query in queries.items():
         try:
             query.awaitTermination()
         except Exception as exc:  # noqa: BLE001 - the refused query fails here
             errors[name] = str(exc)
-    assert errors, "two writers on one path both succeeded"
-    assert all(("CommitConflictError" in e or "FencedError" in e) for e in errors.values())
+    assert set(errors) == {"a"}, f"expected only query a to be refused, got {errors}"
+    assert "CommitConflictError" in errors["a"] or "FencedError" in errors["a"]
     log = CommitLog(url, opts)
     records = list(log.records())
+    assert {r.writer_id for r in records} == {"query-b"}  # a committed nothing
     ids = committed_ids(url, opts)
     assert len(ids) == len(set(ids)) == sum(r.rows for r in records)  # no duplicates
-    files = {i // ROWS for i in ids}  # every committed batch is one whole input file
-    assert sorted(ids) == sorted(i for f in files for i in range(f * ROWS, (f + 1) * ROWS))
+    assert {i // ROWS for i in ids} == set(range(100, 104))  # all of b's input, whole files
+    assert sorted(ids) == list(range(100 * ROWS, 104 * ROWS))
     assert [r.batch_id for r in records] == sorted({r.batch_id for r in records})
-    survivors = set(queries) - set(errors)
-    for name in survivors:  # a query that was not refused committed all of its input
-        assert {f for f in files if (f >= 100) == (name == "b")} == (
-            set(range(4)) if name == "a" else set(range(100, 104)))
 
 
 def test_datasource_refuses_bad_options_and_schema_before_writing(spark, s3_table, tmp_path):
