@@ -5,9 +5,14 @@ order, exactly once per batch, with integrity tiers, and needs no JAR.
 also registers it by name (``format("orderedkafka")``) through ``pyspark_orderedkafka``.
 """
 
+from orderedstream.python_datasource.client_config import (
+    KafkaSecrets,
+    is_secret,
+    secrets_from_options,
+)
 from orderedstream.python_datasource.offsets import KafkaSourceOffset
 from orderedstream.python_datasource.options import OrderedKafkaOptions, parse_options
 from orderedstream.python_datasource.source import OrderedKafkaDataSource, kafka_schema
 
-__all__ = ["KafkaSourceOffset", "OrderedKafkaDataSource", "OrderedKafkaOptions", "kafka_schema",
-           "parse_options"]
+__all__ = ["KafkaSecrets", "KafkaSourceOffset", "OrderedKafkaDataSource", "OrderedKafkaOptions",
+           "is_secret", "kafka_schema", "parse_options", "secrets_from_options"]

@@ -15,19 +15,17 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from orderedstream.core.errors import KafkaUnavailableError, OptionError
-from orderedstream.python_datasource.options import OrderedKafkaOptions
+from orderedstream.core.errors import InvariantError, KafkaUnavailableError, OptionError
+from orderedstream.python_datasource.client_config import (
+    ClientErrors,
+    admin_settings,
+    client_error,
+)
+from orderedstream.python_datasource.options import OrderedKafkaOptions, StartSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 TP = tuple[str, int]
-
-# librdkafka consumer-only settings: not passed to the admin client (it would warn about each).
-_CONSUMER_ONLY_PREFIXES = ("isolation.level", "fetch.", "max.partition.fetch.bytes", "queued.",
-                           "session.timeout.ms", "heartbeat.interval.ms", "group.",
-                           "enable.partition.eof", "check.crcs", "auto.commit",
-                           "max.poll.interval.ms", "partition.assignment.strategy",
-                           "enable.auto.offset.store", "consume.callback.max.messages")
 
 
 @dataclass(frozen=True)
@@ -39,30 +37,13 @@ class TopicInfo:
     partitions: tuple[int, ...]
 
 
-def admin_config(options: OrderedKafkaOptions) -> dict[str, str]:
-    """Client settings for an AdminClient (security and connection settings pass through)."""
-    return {k: v for k, v in options.client_config().items()
-            if not k.startswith(_CONSUMER_ONLY_PREFIXES)}
-
-
-def config_error(exc: Exception) -> OptionError | None:
-    """Turn librdkafka's 'No such configuration property' into an OptionError naming the
-    ``kafka.*`` option."""
-    text = str(exc)
-    if "configuration property" in text.lower() or "Invalid value" in text:
-        return OptionError(f"a kafka.* option was refused by the Kafka client (librdkafka): "
-                           f"{text}. Options after 'kafka.' must be librdkafka settings "
-                           "(https://github.com/confluentinc/librdkafka/blob/master/"
-                           "CONFIGURATION.md); Java-only settings have no effect here")
-    return None
-
-
 class KafkaMetadata:
     """Metadata and offset look-ups for one source on the driver (reused admin client)."""
 
     def __init__(self, options: OrderedKafkaOptions) -> None:
         self.options = options
         self._admin: Any = None
+        self._errors = ClientErrors("Kafka metadata (driver)", options.secrets)
 
     # -- client ------------------------------------------------------------------------
     def admin(self) -> Any:
@@ -71,10 +52,11 @@ class KafkaMetadata:
             from confluent_kafka import KafkaException
             from confluent_kafka.admin import AdminClient
 
+            settings = admin_settings(self.options.client_config())
             try:
-                self._admin = AdminClient(admin_config(self.options))
+                self._admin = AdminClient(settings, error_cb=self._errors)
             except (KafkaException, ValueError, TypeError) as exc:
-                raise (config_error(exc) or exc) from exc
+                raise client_error(exc, self.options.secrets) from None  # no chained secrets
         return self._admin
 
     def close(self) -> None:
@@ -94,6 +76,9 @@ class KafkaMetadata:
             try:
                 return call(self._timeout(deadline))
             except (KafkaException, FutureTimeout) as exc:
+                if self._admin is not None:
+                    self._admin.poll(0)  # serves error_cb
+                self._errors.check()  # a refused login fails now, not at brokerTimeoutMs
                 err = exc.args[0] if exc.args and hasattr(exc.args[0], "fatal") else None
                 if err is not None and err.fatal():
                     raise
@@ -220,7 +205,7 @@ class KafkaMetadata:
         self._retry(f"committing offsets to consumer group {group!r}", call)
 
 
-def resolve_spec(metadata: KafkaMetadata, spec: Any, tps: list[TP],
+def resolve_spec(metadata: KafkaMetadata, spec: StartSpec, tps: list[TP],
                  earliest: Mapping[TP, int], latest: Mapping[TP, int],
                  timestamp_strategy: str = "error") -> dict[TP, int]:
     """Turn a starting/ending option (``StartSpec``) into one offset per partition in ``tps``.
@@ -243,7 +228,12 @@ def resolve_spec(metadata: KafkaMetadata, spec: Any, tps: list[TP],
     if spec.kind == "offsets":
         return {tp: earliest[tp] if v == -2 else latest[tp] if v == -1 else v
                 for tp, v in given.items()}
-    wanted = given if spec.kind == "timestamps" else {tp: spec.timestamp_ms for tp in tps}
+    if spec.kind == "timestamps":
+        wanted = given
+    elif spec.timestamp_ms is not None:
+        wanted = {tp: spec.timestamp_ms for tp in tps}
+    else:
+        raise InvariantError(f"option '{spec.option}': a timestamp start without a timestamp")
     found = metadata.for_timestamps(wanted)
     result: dict[TP, int] = {}
     for tp, offset in found.items():

@@ -29,7 +29,7 @@ def _load(raw: Mapping[str, Any]) -> dict[str, dict[int, int]]:
     return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KafkaSourceOffset:
     """One position of the whole source: next offset per topic-partition plus what the
     integrity checks need (topic ids, first offsets of newly found partitions, loss counters)."""

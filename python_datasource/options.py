@@ -2,8 +2,10 @@
 
 Option names and meanings follow Spark's Kafka source (spark-sql-kafka-0-10); a few options of
 our own (``integrity``, ``topicDiscoveryIntervalMs``, ``commitOffsetsToGroup``,
-``brokerTimeoutMs``, ``arrowBatchMaxRecords``, ``arrowBatchMaxBytes``) are added. Every error
-names the option and what it accepts. The parsed object is plain data: it is pickled to executors.
+``brokerTimeoutMs``, ``arrowBatchMaxRecords``, ``arrowBatchMaxBytes``, ``emit``) are added.
+Every error names the option and what it accepts. ``kafka.*`` client settings are translated by
+``client_config``, which also keeps their secret values apart (never in ``repr``). The parsed
+object is plain data: Spark pickles it to executors.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from orderedstream.core.errors import OptionError
+from orderedstream.core.errors import InvariantError, OptionError
 from orderedstream.core.units import parse_duration_ms
+from orderedstream.python_datasource.client_config import KafkaSecrets, is_secret, kafka_settings
 
 Integrity = Literal["strict", "window", "none"]
 Strategy = Literal["assign", "subscribe", "subscribePattern"]
@@ -43,28 +46,7 @@ _SOURCE_OPTIONS = {
     )
 }
 
-# Kafka client settings Spark refuses, with the reason it gives.
-_REJECTED_KAFKA = {
-    "auto.offset.reset": "set the source option 'startingOffsets' instead "
-                         "(earliest | latest | JSON offsets)",
-    "key.deserializer": "keys are always returned as binary; cast or decode them in a "
-                        "DataFrame operation",
-    "value.deserializer": "values are always returned as binary; cast or decode them in a "
-                          "DataFrame operation",
-    "enable.auto.commit": "the source tracks offsets in Spark's checkpoint; use the option "
-                          "'commitOffsetsToGroup' to publish progress to a consumer group",
-    "interceptor.classes": "consumer interceptors are not supported",
-}
-
-# Java-client-only settings with no librdkafka meaning: dropped (they only tune the JVM client).
-_JAVA_ONLY_KAFKA = frozenset({
-    "max.poll.records", "default.api.timeout.ms", "retry.backoff.max.ms",
-    "ssl.endpoint.identification.algorithm.disabled", "client.dns.lookup",
-    "partition.assignment.strategy",
-})
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StartSpec:
     """Where reading begins (or, for ``endingOffsets``, ends) per topic-partition.
 
@@ -79,9 +61,14 @@ class StartSpec:
     option: str = "startingOffsets"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OrderedKafkaOptions:
-    """Every ``orderedkafka`` option, validated. Built by :func:`parse_options`."""
+    """Every ``orderedkafka`` option, validated. Built by :func:`parse_options`.
+
+    ``kafka_params`` holds the public librdkafka settings, ``secrets`` the secret ones (their
+    ``repr`` is redacted, so this object's is too). ``emit = ranges`` rows carry
+    :meth:`without_secrets`; their reader restores the values with :meth:`with_secrets`.
+    """
 
     bootstrap_servers: str
     strategy: Strategy
@@ -89,7 +76,8 @@ class OrderedKafkaOptions:
     pattern: str | None = None
     assignment: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     kafka_params: Mapping[str, str] = field(default_factory=dict)
-    starting: StartSpec = StartSpec("latest")
+    secrets: KafkaSecrets = field(default_factory=KafkaSecrets)
+    starting: StartSpec = StartSpec(kind="latest")
     ending: StartSpec | None = None
     starting_by_timestamp_strategy: Literal["error", "latest"] = "error"
     integrity: Integrity = "strict"
@@ -110,6 +98,12 @@ class OrderedKafkaOptions:
     """``ranges``: each row is one task's offset range, read later by the consumer of the
     DataFrame in its own Python worker (``OrderedStateful``), with no JVM hop per record."""
 
+    def __post_init__(self) -> None:
+        leaked = sorted(name for name in self.kafka_params if is_secret(name))
+        if leaked:
+            raise OptionError(f"OrderedKafkaOptions: secret settings {leaked} belong in "
+                              "'secrets' (KafkaSecrets), not in 'kafka_params'")
+
     @property
     def read_committed(self) -> bool:
         """True when the client reads only committed transactional records."""
@@ -121,13 +115,28 @@ class OrderedKafkaOptions:
             return topic in self.topics
         if self.strategy == "assign":
             return topic in self.assignment
-        assert self.pattern is not None
+        if self.pattern is None:
+            raise InvariantError("OrderedKafkaOptions: strategy 'subscribePattern' without a "
+                                 "pattern")
         return re.fullmatch(self.pattern, topic) is not None
 
     def client_config(self) -> dict[str, str]:
-        """librdkafka settings shared by the driver's and the executors' clients."""
+        """librdkafka settings shared by the driver's and the executors' clients, secrets
+        included (OptionError naming them when they were dropped and not restored)."""
         return {"bootstrap.servers": self.bootstrap_servers,
-                "isolation.level": "read_uncommitted", **self.kafka_params}
+                "isolation.level": "read_uncommitted", **self.kafka_params,
+                **self.secrets.settings()}
+
+    def without_secrets(self) -> OrderedKafkaOptions:
+        """A copy whose secrets keep their names only: what an ``emit = ranges`` row carries."""
+        return replace(self, secrets=self.secrets.without_values())
+
+    def with_secrets(self, given: KafkaSecrets) -> OrderedKafkaOptions:
+        """A copy with dropped secrets restored from ``given``; OptionError naming the
+        ``kafka.*`` options ``given`` lacks (names only, never values)."""
+        if not self.secrets.dropped:
+            return self
+        return replace(self, secrets=self.secrets.restored(given))
 
 
 def _bad(option: str, value: object, accepted: str) -> OptionError:
@@ -193,78 +202,62 @@ def _partition_map(option: str, raw: str, what: str) -> dict[str, dict[int, int]
     return result
 
 
-def _start_spec(opts: Mapping[str, str], prefix: str, default: StartKind | None,
-                streaming: bool) -> StartSpec | None:
+def _start_spec(opts: Mapping[str, str], prefix: str) -> StartSpec | None:
     """Resolve starting*/ending* options with Spark's precedence: timestamp > by-timestamp >
     offsets."""
     ts_key, by_ts_key, off_key = f"{prefix}Timestamp", f"{prefix}OffsetsByTimestamp", \
         f"{prefix}Offsets"
     if opts.get(ts_key.lower()) is not None:
         value = _int(opts, ts_key, minimum=0)
-        return StartSpec("timestamp", timestamp_ms=value, option=ts_key)
+        return StartSpec(kind="timestamp", timestamp_ms=value, option=ts_key)
     raw = opts.get(by_ts_key.lower())
     if raw is not None:
         spec = _partition_map(by_ts_key, str(raw), "epoch milliseconds")
-        return StartSpec("timestamps", offsets=spec, option=by_ts_key)
+        return StartSpec(kind="timestamps", offsets=spec, option=by_ts_key)
     raw = opts.get(off_key.lower())
     if raw is None:
-        return StartSpec(default, option=off_key) if default else None
+        return None
     text = str(raw).strip()
     if text.lower() in ("earliest", "latest"):
-        return StartSpec(text.lower(), option=off_key)  # type: ignore[arg-type]
+        return StartSpec(kind=text.lower(), option=off_key)  # type: ignore[arg-type]
     offsets = _partition_map(off_key, text, "offsets (-2 = earliest, -1 = latest)")
     for topic, parts in offsets.items():
         for pid, off in parts.items():
             if off < EARLIEST:
                 raise _bad(off_key, raw, f"offsets >= 0, or -2 (earliest) / -1 (latest); "
                                          f"got {off} for {topic}-{pid}")
-    return StartSpec("offsets", offsets=offsets, option=off_key)
+    return StartSpec(kind="offsets", offsets=offsets, option=off_key)
 
 
-def _kafka_params(opts: Mapping[str, str]) -> dict[str, str]:
-    """``kafka.*`` options with the prefix stripped, translated where Java and librdkafka
-    spell a setting differently."""
-    params: dict[str, str] = {}
-    for key, value in opts.items():
-        if not key.lower().startswith("kafka."):
-            continue
-        name = key[len("kafka."):].lower()
-        if name in _REJECTED_KAFKA:
-            raise OptionError(f"Kafka option 'kafka.{name}' is not supported: "
-                              f"{_REJECTED_KAFKA[name]}")
-        if name in _JAVA_ONLY_KAFKA or name == "bootstrap.servers":
-            continue
-        params[name] = str(value)
-    jaas = params.pop("sasl.jaas.config", None)
-    if jaas is not None:
-        found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', jaas))
-        if "username" not in found or "password" not in found:
-            raise _bad("kafka.sasl.jaas.config", "<hidden>",
-                       'a PlainLoginModule/ScramLoginModule entry with username="..." '
-                       'password="..." (or set kafka.sasl.username / kafka.sasl.password)')
-        params.setdefault("sasl.username", found["username"])
-        params.setdefault("sasl.password", found["password"])
-    store_type = params.pop("ssl.truststore.type", "JKS").upper()  # Java default
-    truststore = params.pop("ssl.truststore.location", None)
-    if truststore is not None:
-        if store_type != "PEM":
-            raise _bad("kafka.ssl.truststore.type", store_type,
-                       "PEM (librdkafka reads no JKS/PKCS12 trust stores; set "
-                       "kafka.ssl.ca.location to a PEM file)")
-        params.setdefault("ssl.ca.location", truststore)
-    params.pop("ssl.truststore.password", None)
-    key_type = params.pop("ssl.keystore.type", "PKCS12").upper()
-    if key_type != "PKCS12" and "ssl.keystore.location" in params:
-        raise _bad("kafka.ssl.keystore.type", key_type, "PKCS12 (librdkafka reads no JKS)")
-    isolation = params.get("isolation.level")
-    if isolation is not None and isolation not in ("read_committed", "read_uncommitted"):
-        raise _bad("kafka.isolation.level", isolation, "'read_uncommitted' or 'read_committed'")
-    return params
+def _batch_range(opts: Mapping[str, str], starting: StartSpec,
+                 ending: StartSpec | None) -> StartSpec:
+    """Batch reads: a start that is not 'latest', an end (default latest) not 'earliest'."""
+    if starting.kind == "latest":
+        raise _bad("startingOffsets", "latest",
+                   "'earliest' or JSON offsets for batch queries (not 'latest')")
+    if starting.kind == "offsets" and any(
+            o == LATEST for parts in starting.offsets.values() for o in parts.values()):
+        raise _bad("startingOffsets", opts.get("startingoffsets"),
+                   "offsets >= 0 or -2 (earliest) for batch queries; -1 (latest) is not "
+                   "allowed")
+    if ending is None:
+        return StartSpec(kind="latest", option="endingOffsets")
+    if ending.kind == "earliest":
+        raise _bad("endingOffsets", "earliest",
+                   "'latest' or JSON offsets for batch queries (not 'earliest')")
+    if ending.kind == "offsets" and any(
+            o == EARLIEST for parts in ending.offsets.values() for o in parts.values()):
+        raise _bad("endingOffsets", opts.get("endingoffsets"),
+                   "offsets >= 0 or -1 (latest) for batch queries; -2 (earliest) is not "
+                   "allowed")
+    return ending
 
 
-def parse_options(options: Mapping[str, str], *, streaming: bool) -> OrderedKafkaOptions:
+def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> OrderedKafkaOptions:
     """Validate Spark's case-insensitive options once; raise :class:`OptionError` naming the
-    option and what it accepts. ``streaming`` selects stream vs batch defaults and rules."""
+    option and what it accepts. ``streaming`` selects stream (True) or batch (False) defaults
+    and rules; None checks only what both modes share (``load()``, where Spark does not say
+    which mode it is) and returns stream defaults."""
     opts = {str(k).lower(): v for k, v in options.items() if v is not None}
     for key in opts:
         if key.startswith("kafka.") or key in _SOURCE_OPTIONS or key == "path":
@@ -308,31 +301,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> OrderedKafk
                 raise _bad("assign", raw, 'JSON like {"topicA": [0, 1], "topicB": [2]}')
             assignment[topic] = tuple(sorted(set(parts)))
 
-    starting = _start_spec(opts, "starting", "latest" if streaming else "earliest", streaming)
-    assert starting is not None
-    ending = _start_spec(opts, "ending", None, streaming)
-    if streaming and ending is not None:
+    starting = (_start_spec(opts, "starting")
+                or StartSpec(kind="earliest" if streaming is False else "latest",
+                             option="startingOffsets"))
+    ending = _start_spec(opts, "ending")
+    if streaming is True and ending is not None:
         raise OptionError(f"option '{ending.option}' is not valid in streaming queries: it "
                           "applies to batch reads (spark.read) only")
-    if not streaming:
-        if starting.kind == "latest":
-            raise _bad("startingOffsets", "latest",
-                       "'earliest' or JSON offsets for batch queries (not 'latest')")
-        if starting.kind == "offsets" and any(
-                o == LATEST for parts in starting.offsets.values() for o in parts.values()):
-            raise _bad("startingOffsets", opts.get("startingoffsets"),
-                       "offsets >= 0 or -2 (earliest) for batch queries; -1 (latest) is not "
-                       "allowed")
-        if ending is None:
-            ending = StartSpec("latest", option="endingOffsets")
-        if ending.kind == "earliest":
-            raise _bad("endingOffsets", "earliest",
-                       "'latest' or JSON offsets for batch queries (not 'earliest')")
-        if ending.kind == "offsets" and any(
-                o == EARLIEST for parts in ending.offsets.values() for o in parts.values()):
-            raise _bad("endingOffsets", opts.get("endingoffsets"),
-                       "offsets >= 0 or -1 (latest) for batch queries; -2 (earliest) is not "
-                       "allowed")
+    if streaming is False:
+        ending = _batch_range(opts, starting, ending)
 
     ts_strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
     if ts_strategy not in ("error", "latest"):
@@ -369,7 +346,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> OrderedKafk
 
     _int(opts, "fetchOffset.numRetries", minimum=0)  # accepted for parity; brokerTimeoutMs
     _int(opts, "fetchOffset.retryIntervalMs", minimum=0)  # bounds our retries instead
-    kafka_params = _kafka_params(opts)
+    kafka_params, secrets = kafka_settings(opts)
     group_prefix = str(opts.get("groupidprefix", "spark-kafka-source"))
     group_id = kafka_params.pop("group.id", None) or f"{group_prefix}-{uuid.uuid4()}"
     emit = str(opts.get("emit", "records")).strip().lower()
@@ -383,7 +360,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> OrderedKafk
     return OrderedKafkaOptions(
         bootstrap_servers=str(bootstrap).strip(),
         strategy=strategy, topics=topics, pattern=pattern, assignment=assignment,
-        kafka_params=kafka_params, starting=starting, ending=ending,
+        kafka_params=kafka_params, secrets=secrets, starting=starting, ending=ending,
         starting_by_timestamp_strategy=ts_strategy,  # type: ignore[arg-type]
         integrity=integrity,
         max_offsets_per_trigger=max_per, min_offsets_per_trigger=min_per,

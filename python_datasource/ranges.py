@@ -4,10 +4,14 @@ With ``.option("emit", "ranges")`` the ``orderedkafka`` source yields one row pe
 topic, partition and ``[startOffset, endOffset)`` of its range plus the reader's options
 (pickled). Nothing is read from Kafka until the DataFrame's consumer reads the range itself
 (``orderedstream.python_datasource.reader.read_range``), in its own Python worker.
-``OrderedStateful``
-does that, which skips the source worker -> JVM rows -> Arrow -> ``mapInArrow`` worker hop of
-every record. Offsets are still planned, logged and committed by Spark exactly as in the
-default ``records`` mode.
+``OrderedStateful`` does that, which skips the source worker -> JVM rows -> Arrow ->
+``mapInArrow`` worker hop of every record. Offsets are still planned, logged and committed by
+Spark exactly as in the default ``records`` mode.
+
+Rows are data (they can be shown, cached, written), so the pickled options never hold secret
+``kafka.*`` values, only their names: the reading side is handed the values itself
+(``OrderedStateful(kafka_options=...)``, shipped inside its task like Spark ships any
+function) and :func:`described` merges them, or fails naming the options it lacks.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
+from orderedstream.python_datasource.client_config import KafkaSecrets
 from orderedstream.python_datasource.options import OrderedKafkaOptions
 from orderedstream.python_datasource.planning import OffsetRange
 
@@ -40,15 +45,21 @@ def is_range_columns(columns: Sequence[str]) -> bool:
 
 
 def describe(rng: OffsetRange, options: OrderedKafkaOptions) -> pa.RecordBatch:
-    """The one-row batch describing ``rng`` (what the source yields instead of its records)."""
+    """The one-row batch describing ``rng`` (what the source yields instead of its records);
+    the options go without their secret values. Executor (the source's ``read``)."""
+    reader = pickle.dumps((rng, options.without_secrets()))
     return pa.RecordBatch.from_arrays(
         [pa.array([rng.topic]), pa.array([rng.partition], pa.int32()),
          pa.array([rng.start], pa.int64()), pa.array([rng.end], pa.int64()),
-         pa.array([pickle.dumps((rng, options))], pa.binary())], schema=RANGE_ARROW_SCHEMA)
+         pa.array([reader], pa.binary())], schema=RANGE_ARROW_SCHEMA)
 
 
-def described(batch: pa.RecordBatch) -> Iterator[tuple[OffsetRange, OrderedKafkaOptions]]:
-    """The ranges (and reader options) a batch of ``emit = ranges`` rows describes."""
+def described(batch: pa.RecordBatch, secrets: KafkaSecrets | None = None,
+              ) -> Iterator[tuple[OffsetRange, OrderedKafkaOptions]]:
+    """The ranges (and reader options) a batch of ``emit = ranges`` rows describes, with the
+    secret ``kafka.*`` values the rows lack taken from ``secrets``: OptionError naming the
+    options when a row needs one that ``secrets`` lacks. Wherever the rows are read."""
+    given = secrets if secrets is not None else KafkaSecrets()
     for raw in batch.column("reader").to_pylist():
         rng, options = pickle.loads(raw)
-        yield rng, options
+        yield rng, options.with_secrets(given)

@@ -19,7 +19,12 @@ from typing import Any
 import pyarrow as pa
 
 from orderedstream.core.errors import DataLossError, KafkaUnavailableError
-from orderedstream.python_datasource.kafka_metadata import config_error
+from orderedstream.python_datasource.client_config import (
+    ClientErrors,
+    Settings,
+    client_error,
+    consumer_settings,
+)
 from orderedstream.python_datasource.options import OrderedKafkaOptions
 from orderedstream.python_datasource.planning import Loss, OffsetRange, enforce
 
@@ -39,20 +44,10 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def consumer_config(options: OrderedKafkaOptions) -> dict[str, Any]:
-    """Settings of an executor's consumer: no group management, no auto commit, out-of-range
-    is an error (never a silent reset), partition EOF reported so the end is recognised.
-    Fetches are larger than librdkafka's defaults, since a task reads one partition to its
-    end (``benchmarks/profile_source_reader.py`` shows where a task's time goes); ``kafka.*``
-    options win."""
-    conf: dict[str, Any] = {"queued.max.messages.kbytes": 65536,
-                            "max.partition.fetch.bytes": 8 * 1024 * 1024,
-                            "fetch.max.bytes": 64 * 1024 * 1024,
-                            **options.client_config()}
-    conf.update({"group.id": options.group_id, "enable.auto.commit": False,
-                 "enable.auto.offset.store": False, "enable.partition.eof": True,
-                 "auto.offset.reset": "error"})
-    return conf
+def consumer_config(options: OrderedKafkaOptions) -> Settings:
+    """Settings of an executor's consumer for ``options`` (``client_config.consumer_settings``:
+    no group management, no auto commit, no silent offset reset)."""
+    return consumer_settings(options.client_config(), options.group_id)
 
 
 class RangeReader:
@@ -66,15 +61,17 @@ class RangeReader:
         self.records = 0
         self._consumer: Any = None
         self._chunk = max(1, options.arrow_batch_max_records)
+        self._errors = ClientErrors(f"reading {rng.describe()}", options.secrets)
 
     # -- consumer ------------------------------------------------------------------------
     def _open(self) -> Any:
         from confluent_kafka import Consumer, KafkaException
 
+        settings = consumer_config(self.options)  # OptionError when secrets were dropped
         try:
-            consumer = Consumer(consumer_config(self.options))
+            consumer = Consumer(settings, error_cb=self._errors)
         except (KafkaException, ValueError, TypeError) as exc:
-            raise (config_error(exc) or exc) from exc
+            raise client_error(exc, self.options.secrets) from None  # no chained secrets
         self._assign(consumer, self.rng.start)
         return consumer
 
@@ -93,6 +90,7 @@ class RangeReader:
                 low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
                 return int(low), int(high)
             except Exception as exc:  # noqa: BLE001 - KafkaException while the broker is away
+                self._errors.check()
                 if time.monotonic() > deadline:
                     raise KafkaUnavailableError(
                         f"watermarks of {self.rng.topic}-{self.rng.partition} unavailable within "
@@ -115,6 +113,7 @@ class RangeReader:
             while self.next_offset < rng.end:
                 want = min(self._chunk, rng.end - self.next_offset)
                 msgs = self._consumer.consume(num_messages=want, timeout=1.0)
+                self._errors.check()  # consume() served error_cb: a refused login fails now
                 eof = None
                 if msgs:
                     errors = [m.error() for m in msgs]

@@ -45,7 +45,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from orderedstream.core.errors import OptionError
+from orderedstream.core.errors import InvariantError, OptionError
 from orderedstream.python_datasource.kafka_metadata import (
     TP,
     KafkaMetadata,
@@ -110,7 +110,8 @@ class _DriverState:
         return self._metadata
 
     def __getstate__(self) -> dict[str, Any]:
-        """Only the options travel to executors; clients and caches stay on the driver."""
+        """Only the options travel to executors (secrets included: Spark's own channel to its
+        tasks, never rows or the checkpoint); clients and caches stay on the driver."""
         return {"options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -260,8 +261,7 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
     # -- executor ------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: Arrow batches of one range, in offset order (static and stateless)."""
-        assert isinstance(partition, KafkaInputPartition)
-        return _read(partition.range, self.options)
+        return _read(partition, self.options)
 
 
 class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
@@ -277,7 +277,9 @@ class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
         topics = self.metadata.topics()
         snap = self.snapshot(topics)
         start = self.starting_offsets(snap)
-        assert self.options.ending is not None
+        if self.options.ending is None:
+            raise InvariantError("orderedkafka batch read parsed without an end "
+                                 "(parse_options(streaming=False) always sets one)")
         end = resolve_spec(self.metadata, self.options.ending, sorted(start), snap.earliest,
                            snap.latest, "latest")
         for tp, off in sorted(end.items()):
@@ -288,42 +290,48 @@ class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
                 raise OptionError(f"option '{self.options.ending.option}': end {off} of "
                                   f"{tp[0]}-{tp[1]} is beyond the log end {snap.latest[tp]}")
         ids = {t: i.topic_id for t, i in topics.items()}
-        ranges = plan_ranges(KafkaSourceOffset(_nested(start), ids),
-                             KafkaSourceOffset(_nested(end), ids), self.options.integrity,
+        ranges = plan_ranges(KafkaSourceOffset(offsets=_nested(start), topic_ids=ids),
+                             KafkaSourceOffset(offsets=_nested(end), topic_ids=ids),
+                             self.options.integrity,
                              self.options.min_partitions, self.options.max_records_per_partition)
         return [KafkaInputPartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: Arrow batches of one range, in offset order."""
-        assert isinstance(partition, KafkaInputPartition)
-        return _read(partition.range, self.options)
+        return _read(partition, self.options)
 
 
-def _read(rng: OffsetRange, options: OrderedKafkaOptions) -> Iterator[pa.RecordBatch]:
-    """The range's records, or (``emit = ranges``) the one row describing the range."""
+def _read(partition: InputPartition, options: OrderedKafkaOptions) -> Iterator[pa.RecordBatch]:
+    """The range's records, or (``emit = ranges``) the one row describing the range (without
+    secret values). Executor."""
+    if not isinstance(partition, KafkaInputPartition):
+        raise InvariantError(f"orderedkafka was handed an input partition it did not plan: "
+                             f"{type(partition).__name__}")
     if options.emit == "ranges":
-        return iter([describe(rng, options)])
-    return read_range(rng, options)
+        return iter([describe(partition.range, options)])
+    return read_range(partition.range, options)
 
 
 class OrderedKafkaDataSource(DataSource):
     """``format("orderedkafka")``: Spark's Kafka source schema and options, read in offset
     order per partition with integrity checks. Constructed on the driver (and pickled to
-    Python workers); options are validated when a reader is made."""
+    Python workers). Options are validated at ``load()`` (:meth:`schema`) as far as both modes
+    share their rules, and fully when Spark asks for the batch or stream reader."""
 
     @classmethod
     def name(cls) -> str:
         return "orderedkafka"
 
     def schema(self) -> StructType:
-        include = str(self.options.get("includeHeaders", "false")).strip().lower()
-        if include not in ("true", "false"):
-            raise OptionError(f"option 'includeHeaders' = {include!r} is invalid: accepted "
-                              "'true' or 'false'")
-        emit = str(self.options.get("emit", "records")).strip().lower()
-        if emit == "ranges":
+        """Driver, in the Python worker Spark starts at ``load()`` (not called when the user
+        gives a schema): parse the options, so a bad one fails the ``load()`` with an
+        OptionError naming it; Spark does not tell whether a batch or a streaming read
+        follows, so batch- or stream-only rules wait for :meth:`reader` /
+        :meth:`streamReader`."""
+        options = parse_options(self.options, streaming=None)
+        if options.emit == "ranges":
             return range_schema()
-        return kafka_schema(include == "true")
+        return kafka_schema(options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """Driver: batch reader (``spark.read``)."""

@@ -42,8 +42,10 @@ def test_kafka_passthrough_translates_java_security_settings() -> None:
         "kafka.ssl.truststore.location": "/ca.pem", "kafka.ssl.truststore.type": "PEM",
         "kafka.max.poll.records": "500", "kafka.group.id": "mine"})
     assert o.kafka_params == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
-                              "sasl.username": "u", "sasl.password": "p",
                               "ssl.ca.location": "/ca.pem"}
+    assert o.secrets.options == ("kafka.sasl.jaas.config",)
+    assert o.client_config()["sasl.username"] == "u"
+    assert o.client_config()["sasl.password"] == "p"
     assert o.group_id == "mine"
 
 
@@ -83,6 +85,25 @@ def test_batch_only_rules() -> None:
     with pytest.raises(OptionError, match="-2 \\(earliest\\) is not allowed"):
         parse(streaming=False, subscribe="a", endingOffsets='{"a": {"0": -2}}')
     assert parse(subscribe="a", integrity="none", minPartitions="4").min_partitions == 4
+
+
+def test_load_time_parse_checks_what_both_modes_share() -> None:
+    """``streaming=None`` (``schema()`` at load): mode-free rules apply, mode rules wait."""
+    assert parse(streaming=None, subscribe="a", endingOffsets="latest").ending is not None
+    assert parse(streaming=None, subscribe="a", startingOffsets="latest").starting.kind == \
+        "latest"
+    with pytest.raises(OptionError, match="integrity"):
+        parse(streaming=None, subscribe="a", integrity="paranoid")
+
+
+def test_option_dataclasses_are_keyword_only() -> None:
+    from orderedstream.python_datasource.options import OrderedKafkaOptions, StartSpec
+
+    with pytest.raises(TypeError):
+        StartSpec("latest")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        OrderedKafkaOptions("h:9092", "subscribe")  # type: ignore[misc]
+    assert StartSpec(kind="earliest").option == "startingOffsets"
 
 
 def test_missing_bootstrap_servers() -> None:

@@ -203,14 +203,29 @@ def test_emit_ranges_describes_each_range_and_reads_the_same_records(spark: Any,
 
 
 @pytest.mark.parametrize("option,value,message", [
-    ("startingOfsets", "earliest", "unknown option 'startingofsets'"),
-    ("kafka.auto.offset.reset", "earliest", "kafka.auto.offset.reset"),
-    ("endingOffsets", "latest", "endingOffsets.*batch"),
+    ("startingOfsets", "earliest", "unknown option 'startingofsets'.*accepted are"),
+    ("kafka.auto.offset.reset", "earliest", "kafka.auto.offset.reset.*startingOffsets"),
     ("integrity", "paranoid", "'strict', 'window' or 'none'"),
     ("minPartitions", "4", "minPartitions.*integrity 'none'"),
+    ("includeHeaders", "yes", "includeHeaders.*'true' or 'false'"),
 ])
-def test_option_errors_name_the_option(spark: Any, kafka: Any, topic: Any, tmp_path: Path,
-                                       option: str, value: str, message: str) -> None:
-    df = stream(spark, kafka.bootstrap, subscribe="any-topic", **{option: value})
-    with pytest.raises(Exception, match=message):
+def test_bad_options_fail_at_load(spark: Any, option: str, value: str, message: str) -> None:
+    """``load()`` runs the source's ``schema()`` on the driver: a bad option fails there, as
+    our OptionError naming the option and what it accepts (no broker is contacted)."""
+    for reader in (spark.readStream, spark.read):
+        configured = (reader.format("orderedkafka").option("kafka.bootstrap.servers", "h:1")
+                      .option("subscribe", "any-topic").option(option, value))
+        with pytest.raises(Exception, match=f"OptionError.*{message}"):
+            configured.load()
+
+
+def test_mode_rules_fail_when_the_query_starts(spark: Any, kafka: Any, tmp_path: Path) -> None:
+    """Spark does not tell ``load()`` whether a batch or a streaming read follows: the rules of
+    one mode apply when Spark asks for that mode's reader."""
+    df = stream(spark, kafka.bootstrap, subscribe="any-topic", endingOffsets="latest")
+    with pytest.raises(Exception, match="endingOffsets.*batch"):
         run_available_now(df, tmp_path / "cp")
+    batch = (spark.read.format("orderedkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+             .option("subscribe", "any-topic").option("startingOffsets", "latest").load())
+    with pytest.raises(Exception, match="startingOffsets.*not 'latest'"):
+        batch.collect()

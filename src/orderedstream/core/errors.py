@@ -92,3 +92,7 @@ class UserFunctionError(OrderedStreamError):
 
 class InvariantError(OrderedStreamError):
     """An internal invariant of the pack does not hold: a bug, reported with what was seen."""
+
+
+class KafkaAuthenticationError(OrderedStreamError):
+    """The Kafka cluster refused the client's login (SASL or TLS credentials)."""
