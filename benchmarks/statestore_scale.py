@@ -125,11 +125,11 @@ def _options(args: dict[str, Any], local_dir: str) -> Any:
 def child_write(args: dict[str, Any]) -> dict[str, Any]:
     """Write N keys to S3, commit v0; rewrite 0.1% of them, commit v1."""
     from orderedstream.statestore import EMPTY_VERSION, StateLocation
-    from orderedstream.statestore.store import StateStore
+    from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
     n = args["keys"]
-    store = StateStore(StateLocation(args["url"], args["storage_options"]),
-                       _options(args, args["local_dir"]))
+    store = RocksDBStateStore(StateLocation(args["url"], storage_options=args["storage_options"]),
+                              _options(args, args["local_dir"]))
     out: dict[str, Any] = {"keys": n}
     with store.open(0, EMPTY_VERSION) as part:
         start = time.perf_counter()
@@ -152,11 +152,11 @@ def child_write(args: dict[str, Any]) -> dict[str, Any]:
 def child_restore(args: dict[str, Any]) -> dict[str, Any]:
     """Open version 1 on an empty local dir (download + open); read a sample back."""
     from orderedstream.statestore import StateLocation
-    from orderedstream.statestore.store import StateStore
+    from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
     n = args["keys"]
-    store = StateStore(StateLocation(args["url"], args["storage_options"]),
-                       _options(args, args["local_dir"]))
+    store = RocksDBStateStore(StateLocation(args["url"], storage_options=args["storage_options"]),
+                              _options(args, args["local_dir"]))
     start = time.perf_counter()
     part = store.open(0, 1)
     opened = time.perf_counter() - start
@@ -181,12 +181,12 @@ def child_restore(args: dict[str, Any]) -> dict[str, Any]:
 def child_hold(args: dict[str, Any]) -> dict[str, Any]:
     """Write N keys into one partition and hold them; then random gets. RSS sampled."""
     from orderedstream.statestore import EMPTY_VERSION, StateLocation
-    from orderedstream.statestore.store import StateStore
+    from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
     n = args["keys"]
     base_rss = rss_mb()
     opts = _options(args, args["local_dir"])
-    store = StateStore(StateLocation(f"file://{args['local_dir']}/remote"), opts)
+    store = RocksDBStateStore(StateLocation(f"file://{args['local_dir']}/remote"), opts)
     out: dict[str, Any] = {"keys": n, "interpreter_rss_mb_before_open": base_rss,
                            "block_cache_mb": args["block_cache_mb"],
                            "memtable_budget_mb": args["memtable_mb"],

@@ -6,6 +6,9 @@
   (``write_parquet_files``).
 - ``orderedstream.sinks.table``: the committed view (live files, schema, pyarrow dataset,
   ``_spark_metadata``).
+- ``orderedstream.sinks.commit``: the one publish path of a batch (``prepare_batch``,
+  ``publish_batch``: exclusive record, then ``_spark_metadata``), shared by both entry points
+  and the ordered stage (``orderedstream.statestore.ordered``).
 - ``orderedstream.sinks.foreach``: ``FencedParquetBatchWriter`` for ``foreachBatch``.
 - ``orderedstream.sinks.datasource``: the ``fencedparquet`` streaming Python Data Source sink.
 - ``orderedstream.sinks.maintenance``: compaction and vacuum; ``orderedstream.sinks.cli``:

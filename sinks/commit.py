@@ -1,21 +1,35 @@
-"""The driver-side commit step shared by both entry points.
+"""The ONE publish path of a batch, shared by every writer of a fenced table.
 
-``prepare_batch`` runs before any file is written (skip a committed replay; check the epoch
-and the schema); ``publish_batch`` creates the commit record and then derives
-``_spark_metadata``. Both run on the driver: in the foreachBatch function's process, or in
-the fresh Python process Spark starts for a Data Source ``commit(messages, batchId)``.
+The ``foreachBatch`` writer (``orderedstream.sinks.foreach``), the ``fencedparquet`` Data
+Source (``orderedstream.sinks.datasource``) and the ordered stage
+(``orderedstream.statestore.ordered``) all publish batch N with these driver-side steps:
+
+1. ``prepare_batch``, before any file is written: ``committed_batch`` (a replay of a committed
+   batch is skipped, after its ``_spark_metadata`` is repaired; batch ids must grow), then the
+   run's writer epoch (claimed at its first batch, checked at the later ones), then the table
+   schema after this batch (``check_schema``). The Data Source runs the same checks, split over
+   planning (schema) and its commit process (replay, epoch by writer identity).
+2. ``publish_batch``, after the executors wrote their files: create N's commit record
+   exclusively (the data files, plus ``extra``: the ordered stage's per-partition state
+   manifests), THEN derive ``_spark_metadata`` from the records. The record is the truth; a
+   crash between the two is repaired by the replay's ``committed_batch`` (or the next batch).
+
+They run in the foreachBatch function's process, or in the fresh Python process Spark starts
+for a Data Source ``commit(messages, batchId)``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
 from orderedstream.core.datafile import DataFile
+from orderedstream.core.errors import CommitConflictError
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import decode_schema, encode_schema, evolve
 from orderedstream.sinks.table import FencedTable
@@ -23,7 +37,18 @@ from orderedstream.sinks.table import FencedTable
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PreparedBatch:
+    """A batch that is not committed yet and may be written: the epoch to commit it with, and
+    the table schema after it (the record's schema)."""
+
+    batch_id: int
+    epoch: Epoch
+    schema: pa.Schema
+
+
 def table_schema(commit_log: CommitLog) -> pa.Schema | None:
+    """The table's schema as of its latest version (None: no version yet)."""
     latest = commit_log.latest_version()
     if latest is None:
         return None
@@ -38,17 +63,77 @@ def check_schema(commit_log: CommitLog, options: FencedParquetOptions,
                   options.partition_by)
 
 
+def committed_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_id: int, *,
+                    owner: str | None) -> CommitRecord | None:
+    """The record of ``batch_id`` when it is committed (a replay: skip the batch), else None.
+
+    On a replay ``_spark_metadata`` is derived first, in case the run that committed died
+    before deriving it. ``owner``: the writer id the record must carry (another writer's record
+    is a CommitConflictError: another query writes this path); None accepts any writer (the
+    ordered stage names each run's writer uniquely). A later batch already committed is a
+    CommitConflictError as well: batch ids must grow.
+    """
+    existing = commit_log.get(batch_id)
+    if existing is not None:
+        if owner is not None and existing.writer_id != owner:
+            raise CommitConflictError(
+                f"batch {batch_id} of {options.path} was already committed by writer "
+                f"{existing.writer_id!r}, not {owner!r}: another query writes this path (a "
+                "query with a fresh checkpoint needs a fresh path)")
+        log.info("batch %s of %s is already committed (version %s); replay skipped",
+                 batch_id, options.path, existing.version)
+        sync_spark(commit_log, options)
+        return existing
+    latest = commit_log.latest()
+    if latest is not None and latest > batch_id:
+        raise CommitConflictError(
+            f"batch {batch_id} arrived but batch {latest} is already committed at "
+            f"{options.path}: batch ids must grow. A query with a fresh checkpoint needs a "
+            "fresh output path (and, for the ordered stage, a fresh state_location)")
+    return None
+
+
+def writer_epoch(commit_log: CommitLog, epoch: Epoch | None, *, writer_id: str) -> Epoch:
+    """This run's epoch: claimed as ``writer_id`` at its first batch (which fences every
+    older run), checked at each later one (FencedError once a newer run claimed)."""
+    if epoch is None:
+        return commit_log.claim_epoch(writer_id)
+    commit_log.check_epoch(epoch)
+    return epoch
+
+
+def prepare_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_id: int,
+                  batch_schema: pa.Schema, *, epoch: Epoch | None, writer_id: str,
+                  owner: str | None) -> CommitRecord | PreparedBatch:
+    """Step 1 on the driver, before any file is written: the committed record of a replayed
+    batch (skip it), else the epoch and schema to publish it with (see ``committed_batch``,
+    ``writer_epoch``, ``check_schema``)."""
+    existing = committed_batch(commit_log, options, batch_id, owner=owner)
+    if existing is not None:
+        return existing
+    current = writer_epoch(commit_log, epoch, writer_id=writer_id)
+    schema = check_schema(commit_log, options, batch_schema)
+    return PreparedBatch(batch_id=batch_id, epoch=current, schema=schema)
+
+
 def publish_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_id: int,
-                  epoch: Epoch, files: Iterable[DataFile], schema: pa.Schema,
+                  epoch: Epoch, files: Iterable[DataFile], schema: pa.Schema, *,
                   extra: Mapping[str, Any] | None = None) -> CommitRecord:
-    """Commit ``files`` as batch ``batch_id`` (exclusive record), then sync _spark_metadata."""
+    """Step 2: commit ``files`` (and ``extra``) as batch ``batch_id`` by creating its record
+    exclusively, then derive ``_spark_metadata`` from it. FencedError / CommitConflictError
+    when a newer run or another writer got there first (nothing is published then)."""
     record = commit_log.commit(batch_id, epoch, list(files), extra,
                                schema=encode_schema(schema))
     sync_spark(commit_log, options)
     return record
 
 
-def sync_spark(commit_log: CommitLog, options: FencedParquetOptions) -> None:
-    """Derive _spark_metadata up to the latest version (also repairs a crash after commit)."""
-    FencedTable(options.path, options.storage_options, log=commit_log).sync_spark_metadata(
-        options.metadata_compact_interval)
+def sync_spark(commit_log: CommitLog, options: FencedParquetOptions) -> int:
+    """Derive _spark_metadata up to the latest version (also repairs a crash after commit);
+    returns how many entries were written."""
+    table = FencedTable(options.path, options.storage_options, log=commit_log)
+    return table.sync_spark_metadata(options.metadata_compact_interval)
+
+
+__all__ = ["PreparedBatch", "check_schema", "committed_batch", "prepare_batch", "publish_batch",
+           "sync_spark", "table_schema", "writer_epoch"]

@@ -14,9 +14,10 @@ Where each piece runs:
   again in the fresh process of every commit.
 - ``FencedParquetStreamWriter.write()``: executors; claims the writer epoch if another writer
   identity holds it, writes files, returns ``FencedCommitMessage``.
-- ``commit(messages, batchId)``: a fresh Python process on the driver; skips a batch this
-  writer already committed, refuses (FencedError) if another writer identity took the epoch,
-  otherwise creates the record exclusively and syncs _spark_metadata.
+- ``commit(messages, batchId)``: a fresh Python process on the driver; through the shared
+  publish path (``orderedstream.sinks.commit``) it skips a batch this writer already committed
+  (``committed_batch``), refuses (FencedError) if another writer identity took the epoch,
+  otherwise creates the record exclusively and syncs _spark_metadata (``publish_batch``).
 
 Fencing here is by writer identity (``writerId`` or the checkpoint location), because Spark
 keeps no Python state between a batch's planning, tasks and commit: of two queries writing one
@@ -37,7 +38,7 @@ from pyspark.sql.types import StructType
 from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import FencedError
-from orderedstream.sinks.commit import check_schema, publish_batch, sync_spark
+from orderedstream.sinks.commit import check_schema, committed_batch, publish_batch
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import spark_to_arrow
 from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
@@ -102,12 +103,8 @@ class FencedParquetStreamWriter(DataSourceStreamArrowWriter):
         """Driver (fresh process): publish batch ``batchId`` exactly once, or raise
         FencedError when another writer took the epoch since this batch's tasks ran."""
         commit_log = CommitLog(self.options.path, self.options.storage_options)
-        existing = commit_log.get(batchId)
-        if existing is not None and existing.writer_id == self.identity:
-            log.info("batch %s of %s is already committed; replay skipped", batchId,
-                     self.options.path)
-            sync_spark(commit_log, self.options)
-            return
+        if committed_batch(commit_log, self.options, batchId, owner=self.identity) is not None:
+            return  # a replay of a batch this writer committed (_spark_metadata repaired)
         current = commit_log.current_epoch()
         if current is None or current.writer_id != self.identity:
             owner = "nobody" if current is None else repr(current.writer_id)

@@ -27,6 +27,7 @@ import pyarrow.dataset as ds
 
 from orderedstream.core.commitlog import CommitRecord
 from orderedstream.core.datafile import DataFile
+from orderedstream.core.errors import TableIntegrityError
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.table import DEFAULT_COMPACT_INTERVAL, SPARK_LOG_DIR, FencedTable
 from orderedstream.sinks.writer import ParquetFileWriter
@@ -65,10 +66,10 @@ def compact(url: str, storage_options: Mapping[str, Any] | None = None, *,
         if len(files) < min_files:
             continue
         subdir = "/".join(f"{c}={v}" for c, v in key)
-        options = FencedParquetOptions.from_mapping(
-            {"path": f"{table.url}/{subdir}" if subdir else table.url},
-            storage_options=dict(storage_options or {}), compression=compression,
-            row_group_rows=row_group_rows, target_file_bytes=target_file_bytes)
+        options = FencedParquetOptions.from_mapping({
+            "path": f"{table.url}/{subdir}" if subdir else table.url,
+            "storage_options": dict(storage_options or {}), "compression": compression,
+            "row_group_rows": row_group_rows, "target_file_bytes": target_file_bytes})
         source = ds.dataset([table.full_path(f.path) for f in files], schema=data_schema,
                             format="parquet", filesystem=table.fs)
         written = ParquetFileWriter(options, "compact").write(
@@ -79,8 +80,10 @@ def compact(url: str, storage_options: Mapping[str, Any] | None = None, *,
         removed += [f.path for f in files]
         before, after = sum(f.rows for f in files), sum(f.rows for f in written)
         if before != after:
-            raise AssertionError(f"compaction of {subdir or 'root'} read {after} rows, "
-                                 f"expected {before}")
+            raise TableIntegrityError(
+                f"compaction of {subdir or 'root'} of {table.url} wrote {after} rows from "
+                f"{len(files)} files whose records list {before}; nothing was published "
+                "(run `verify`: a file may have been replaced outside the log)")
         rows += after
     if not removed:
         return CompactionResult(None, 0, 0, 0)

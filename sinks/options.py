@@ -47,9 +47,9 @@ def _positive_int(name: str, value: Any, maximum: int | None = None) -> int:
     return number
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FencedParquetOptions:
-    """Validated sink options. Picklable (executors receive a copy).
+    """Validated sink options, keyword-only. Picklable (executors receive a copy).
 
     - ``path``: table root, any fsspec URL (``s3://bucket/t``, ``/local/dir``, ``file://...``).
     - ``storage_options``: fsspec keyword arguments (Spark option: a JSON object string).
@@ -75,10 +75,11 @@ class FencedParquetOptions:
     metadata_compact_interval: int = 10
 
     @classmethod
-    def from_mapping(cls, options: Mapping[str, Any], **overrides: Any) -> FencedParquetOptions:
-        """Parse Spark-style (string) or Python options; unknown names are refused."""
+    def from_mapping(cls, options: Mapping[str, Any]) -> FencedParquetOptions:
+        """Parse Spark-style (string) or Python options, by Spark name (``partitionBy``) or
+        field name (``partition_by``); unknown names are refused, None values ignored."""
         raw: dict[str, Any] = {}
-        for key, value in {**dict(options), **overrides}.items():
+        for key, value in options.items():
             normal = key.replace("_", "").lower()
             if normal in _SPARK_OWNED:
                 continue

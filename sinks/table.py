@@ -23,7 +23,7 @@ import pyarrow.dataset as ds
 from orderedstream.core import storage
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
-from orderedstream.core.errors import OrderedStreamError
+from orderedstream.core.errors import CorruptLogError
 from orderedstream.sinks.schema import decode_schema
 
 SPARK_LOG_DIR = "_spark_metadata"
@@ -47,9 +47,11 @@ class Snapshot:
         return tuple(self.files[0].partition) if self.files else ()
 
 
-def apply_records(records: list[CommitRecord]) -> dict[str, DataFile]:
-    """Live files (relative path -> descriptor) after applying ``records`` in order."""
-    live: dict[str, DataFile] = {}
+def apply_records(records: list[CommitRecord], base: Mapping[str, DataFile] | None = None,
+                  ) -> dict[str, DataFile]:
+    """Live files (relative path -> descriptor) after applying ``records`` in order to
+    ``base`` (default: an empty table)."""
+    live: dict[str, DataFile] = dict(base or {})
     for record in records:
         for path in record.removes:
             live.pop(path, None)
@@ -61,7 +63,7 @@ def apply_records(records: list[CommitRecord]) -> dict[str, DataFile]:
 class FencedTable:
     """Read side and derived metadata of the table at ``url``."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None,
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *,
                  log: CommitLog | None = None) -> None:
         self.log = log or CommitLog(url, storage_options)
         self.url = self.log.url
@@ -81,14 +83,12 @@ class FencedTable:
             live = {f.path: f for f in base[1]}
             first = base[0] + 1
         records = list(self.log.records(first, last))
-        for record in records:
-            for path in record.removes:
-                live.pop(path, None)
-            for file in record.files:
-                live[file.path] = file
-        schema = records[-1].schema if records else self.log.read_version(last).schema
+        live = apply_records(records, live)
+        newest = records[-1] if records else self.log.read_version(last)
+        if newest is None:
+            raise CorruptLogError(f"commit record {last} of {self.url} vanished")
         return Snapshot(last, tuple(live.values()),
-                        None if schema is None else decode_schema(schema))
+                        None if newest.schema is None else decode_schema(newest.schema))
 
     # ---- live-set checkpoints (derived, like _spark_metadata's .compact files) -----------
     def _checkpoint_path(self, version: int) -> str:
@@ -172,11 +172,15 @@ class FencedTable:
 
     def _read_spark_entries(self, name: str) -> dict[str, str]:
         """Entries of one ``_spark_metadata`` file: Spark URI -> JSON line."""
-        text = self.fs.cat_file(f"{self.root}/{SPARK_LOG_DIR}/{name}").decode()
-        lines = text.splitlines()
-        if not lines or lines[0] != "v1":
-            raise OrderedStreamError(f"{self.root}/{SPARK_LOG_DIR}/{name} is not a v1 log file")
-        return {json.loads(line)["path"]: line for line in lines[1:] if line.strip()}
+        path = f"{self.root}/{SPARK_LOG_DIR}/{name}"
+        try:
+            lines = self.fs.cat_file(path).decode().splitlines()
+            if not lines or lines[0] != "v1":
+                raise CorruptLogError(f"{path} is not a v1 log file")
+            return {json.loads(line)["path"]: line for line in lines[1:] if line.strip()}
+        except (FileNotFoundError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise CorruptLogError(f"{path} cannot be read as a Spark sink log file ({exc!r}); "
+                                  "remove _spark_metadata to have it derived again") from None
 
     def sync_spark_metadata(self, interval: int = DEFAULT_COMPACT_INTERVAL,
                             upto: int | None = None) -> int:
@@ -211,15 +215,15 @@ class FencedTable:
                 lines = list(live.values())
                 name = f"{version}.compact"
             else:
-                record = self.log.read_version(version)
-                if record is None:
-                    raise OrderedStreamError(f"commit record {version} of {self.url} vanished")
-                if record.removes:
-                    raise OrderedStreamError(
+                single = self.log.read_version(version)
+                if single is None:
+                    raise CorruptLogError(f"commit record {version} of {self.url} vanished")
+                if single.removes:
+                    raise CorruptLogError(
                         f"version {version} of {self.url} retires files but is not a "
                         f"_spark_metadata compaction point (interval {interval}); Spark "
                         "readers cannot see removals there")
-                lines = [self._spark_entry(f, record.created_at) for f in record.files]
+                lines = [self._spark_entry(f, single.created_at) for f in single.files]
                 name = str(version)
             body = "\n".join(["v1", *lines]).encode()
             storage.create_exclusive(self.fs, f"{self.root}/{SPARK_LOG_DIR}/{name}", body)

@@ -23,7 +23,7 @@ import abc
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 EMPTY_VERSION = -1
 """The version a partition has before its first commit: ``open(p, EMPTY_VERSION)`` is empty."""
@@ -53,7 +53,7 @@ class Codec(Protocol):
     def spec(self) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CommitMetrics:
     """What one commit did. Returned to the caller and logged (logger ``statestore``)."""
 
@@ -85,7 +85,7 @@ class CommitMetrics:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RestoreMetrics:
     """What opening a partition at a version cost. ``reused_local``: no download at all."""
 
@@ -101,7 +101,7 @@ class RestoreMetrics:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CommitCandidate:
     """A prepared, not yet published, version of one partition. Small and picklable.
 
@@ -256,7 +256,7 @@ class StatePartition(abc.ABC):
     def close(self) -> None:
         """Release the RocksDB handle and the local-copy lock. Idempotent."""
 
-    def __enter__(self) -> StatePartition:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,12 +10,12 @@ import base64
 import functools
 import json
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from orderedstream.core.errors import OptionError
+from orderedstream.core.errors import OptionError, StateValueError
 from orderedstream.statestore.base import Codec
 
 
@@ -35,10 +35,13 @@ class PickleCodec:
         # With the default protocol, ``pickle.dumps`` itself: a partial passing protocol= as a
         # keyword costs 0.13 us more per value. Subclasses that override a method keep it.
         if type(self).encode is PickleCodec.encode:
-            self.encode = (pickle.dumps if self.protocol == pickle.DEFAULT_PROTOCOL  # type: ignore[method-assign]
-                           else functools.partial(pickle.dumps, protocol=self.protocol))
+            fast_encode: Callable[[Any], bytes] = (
+                pickle.dumps if self.protocol == pickle.DEFAULT_PROTOCOL
+                else functools.partial(pickle.dumps, protocol=self.protocol))
+            self.encode = fast_encode  # type: ignore[method-assign, assignment]
         if type(self).decode is PickleCodec.decode:
-            self.decode = pickle.loads  # type: ignore[method-assign]
+            fast_decode: Callable[[bytes], Any] = pickle.loads
+            self.decode = fast_decode  # type: ignore[method-assign, assignment]
 
     def encode(self, value: Any) -> bytes:
         return pickle.dumps(value, protocol=self.protocol)
@@ -59,7 +62,7 @@ class BytesCodec:
         if type(value) is bytes:  # immutable already: no copy
             return value
         if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise TypeError(f"BytesCodec stores bytes only, got {type(value).__name__}")
+            raise StateValueError(f"BytesCodec stores bytes only, got {type(value).__name__}")
         return bytes(value)
 
     def decode(self, data: bytes) -> Any:
@@ -103,12 +106,12 @@ class SchemaCodec:
 
     def encode(self, value: Any) -> bytes:
         if not isinstance(value, Mapping):
-            raise TypeError(f"SchemaCodec values are mappings with fields {list(self._names)}, "
-                            f"got {type(value).__name__}")
+            raise StateValueError(f"SchemaCodec values are mappings with fields "
+                                  f"{list(self._names)}, got {type(value).__name__}")
         extra = set(value) - self._name_set
         if extra:
-            raise ValueError(f"fields {sorted(extra)} are not in the state schema "
-                             f"{list(self._names)}")
+            raise StateValueError(f"fields {sorted(extra)} are not in the state schema "
+                                  f"{list(self._names)}")
         return pickle.dumps(tuple(value.get(n) for n in self._names), protocol=5)
 
     def decode(self, data: bytes) -> Any:
@@ -125,14 +128,15 @@ class SchemaCodec:
         self.__init__(pa.ipc.read_schema(pa.py_buffer(state["schema"])))  # type: ignore[misc]
 
 
-_SIMPLE: dict[str, type] = {"pickle": PickleCodec, "bytes": BytesCodec, "json": JsonCodec}
+_SIMPLE: dict[str, Callable[[], Codec]] = {"pickle": PickleCodec, "bytes": BytesCodec,
+                                           "json": JsonCodec}
 
 
 def codec_from_spec(spec: Mapping[str, Any]) -> Codec:
     """Rebuild a codec from its ``spec()`` (as stored in a manifest)."""
     name = spec.get("name")
     if name in _SIMPLE:
-        return _SIMPLE[name]()  # type: ignore[no-any-return]
+        return _SIMPLE[name]()
     if name == "schema":
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(spec["schema"])))
         return SchemaCodec(schema)
@@ -144,4 +148,4 @@ def codec_by_name(name: str) -> Codec:
     if name not in _SIMPLE:
         raise OptionError(f"unknown state codec {name!r}; accepted: {sorted(_SIMPLE)} "
                           "(the schema codec needs a pyarrow schema: SchemaCodec(schema))")
-    return _SIMPLE[name]()  # type: ignore[no-any-return]
+    return _SIMPLE[name]()

@@ -17,7 +17,7 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orderedstream.core.errors import CorruptStateError
+from orderedstream.core.errors import CorruptStateError, InvariantError, UnsupportedFormatError
 
 FORMAT = 3
 """Written by this version: values may be stored without a frame
@@ -28,7 +28,7 @@ CHANGELOG_FORMAT = 2
 READABLE_FORMATS = (1, CHANGELOG_FORMAT, FORMAT)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FileEntry:
     """One checkpoint file: ``name`` in the DB dir; ``remote`` path (relative to the location
     root) or ``inline`` base64 content; ``size`` in bytes; ``sha256`` hex of the content."""
@@ -40,11 +40,14 @@ class FileEntry:
     inline: str | None = None
 
     def content(self) -> bytes:
-        assert self.inline is not None
+        """The inlined file's bytes (only for entries without ``remote``)."""
+        if self.inline is None:
+            raise InvariantError(f"state file {self.name} is not inlined in its manifest "
+                                 f"(remote {self.remote}): it has no content to read")
         return base64.b64decode(self.inline)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
     partition: int
     version: int
@@ -73,11 +76,25 @@ class Manifest:
 
     @classmethod
     def from_json(cls, raw: bytes, path: str = "<manifest>") -> Manifest:
+        """Parse a manifest. Garbled or unknown-format -> ``CorruptStateError``; a format
+        newer than this reader's -> ``UnsupportedFormatError`` (upgrade the reader)."""
         try:
             data = json.loads(raw)
-            if data.get("format") not in READABLE_FORMATS:
-                raise ValueError(f"unsupported manifest format {data.get('format')!r} "
-                                 f"(this reader knows {list(READABLE_FORMATS)})")
+        except ValueError as exc:
+            raise CorruptStateError(f"state manifest {path} is unreadable: {exc}") from exc
+        if not isinstance(data, dict):
+            raise CorruptStateError(f"state manifest {path} is unreadable: a JSON object is "
+                                    f"required, got {type(data).__name__}")
+        fmt = data.get("format")
+        if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT:
+            raise UnsupportedFormatError(
+                f"state manifest {path} has format {fmt}, newer than this reader knows "
+                f"({list(READABLE_FORMATS)}): it was written by a newer orderedstream; read it "
+                "with that version or a later one")
+        if fmt not in READABLE_FORMATS:
+            raise CorruptStateError(f"state manifest {path} is unreadable: unknown format "
+                                    f"{fmt!r} (this reader knows {list(READABLE_FORMATS)})")
+        try:
             data["files"] = tuple(FileEntry(**f) for f in data["files"])
             data["changelog"] = tuple(FileEntry(**f) for f in data.get("changelog", ()))
             return cls(**data)

@@ -11,7 +11,7 @@ import os
 import posixpath
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import Any
 
 import fsspec
@@ -24,7 +24,8 @@ from orderedstream.statestore.codecs import PickleCodec, codec_by_name
 @dataclass(frozen=True)
 class StateLocation:
     """The root URL of one store's state (``s3://bucket/state/q1``, ``file:///data/q1``, any
-    fsspec URL) plus the fsspec ``storage_options`` to reach it.
+    fsspec URL) plus the fsspec ``storage_options`` to reach it (keyword only:
+    ``StateLocation(url, storage_options={...})``).
 
     Remote layout under ``url``: ``p=<partition>/sst/`` (SST files, unique names, shared by
     versions), ``p=<partition>/manifests/<version>-<attempt>.json`` (candidates) and
@@ -33,12 +34,16 @@ class StateLocation:
     """
 
     url: str
+    _: KW_ONLY
     storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.strip():
             raise OptionError("state location url must be a non-empty fsspec URL such as "
                               "s3://bucket/state/query1 or file:///tmp/state")
+        if not isinstance(self.storage_options, Mapping):
+            raise OptionError(f"state location storage_options must be a mapping of fsspec "
+                              f"arguments, got {type(self.storage_options).__name__}")
         object.__setattr__(self, "url", self.url.rstrip("/"))
         object.__setattr__(self, "storage_options", dict(self.storage_options))
 
@@ -70,7 +75,7 @@ def default_local_dir() -> str:
     return os.path.join(base, "orderedstream-state")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StateStoreOptions:
     """How a store keeps, snapshots and bounds its state (all keyword, all validated).
 

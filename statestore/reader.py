@@ -15,21 +15,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from orderedstream.core.errors import OptionError, StateNotFoundError
+from orderedstream.core.errors import InvariantError, OptionError, StateNotFoundError
 from orderedstream.statestore import ttl as ttl_mod
 from orderedstream.statestore.codecs import SchemaCodec, codec_from_spec
 from orderedstream.statestore.options import StateLocation, StateStoreOptions
 
+if TYPE_CHECKING:  # at run time loaded on first use: Spark imports this module to register
+    # the source, which needs no rocksdict
+    from orderedstream.statestore.rocksdb.store import RocksDBStateStore
+
 BATCH_ROWS = 8192
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RockStateReadOptions:
     """Spark options of the ``rocksstate`` reader, parsed once (driver)."""
 
@@ -47,14 +51,16 @@ class RockStateReadOptions:
         if not url:
             raise OptionError("rocksstate needs option 'location' (the state store's fsspec "
                               "URL, e.g. s3://bucket/state/query1)")
-        storage: dict[str, Any] = {}
+        storage: Any = {}
         if opts.get("storage_options"):
+            wrong = ("rocksstate option 'storage_options' must be a JSON object of fsspec "
+                     f"arguments, got {opts['storage_options']!r}")
             try:
                 storage = json.loads(opts["storage_options"])
-                assert isinstance(storage, dict)
-            except (ValueError, AssertionError) as exc:
-                raise OptionError("rocksstate option 'storage_options' must be a JSON object "
-                                  f"of fsspec arguments, got {opts['storage_options']!r}") from exc
+            except ValueError as exc:
+                raise OptionError(wrong) from exc
+            if not isinstance(storage, dict):
+                raise OptionError(wrong)
 
         def integer(name: str) -> int | None:
             if opts.get(name) in (None, ""):
@@ -68,15 +74,15 @@ class RockStateReadOptions:
                 raise OptionError(f"rocksstate option {name}={value}: must be >= 0")
             return value
 
-        return cls(location=StateLocation(url, storage),
+        return cls(location=StateLocation(url, storage_options=storage),
                    store_options=StateStoreOptions.from_strings(opts),
                    version=integer("version"), partition=integer("partition"),
                    space=opts.get("space") or None, raw=opts)
 
-    def store(self) -> Any:
-        from orderedstream.statestore.store import StateStore
+    def store(self) -> RocksDBStateStore:
+        from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
-        return StateStore(self.location, self.store_options)
+        return RocksDBStateStore(self.location, self.store_options)
 
 
 BASE_FIELDS = [pa.field("partition", pa.int32()), pa.field("version", pa.int64()),
@@ -158,7 +164,9 @@ class RockStateReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: restore the version into a private temp copy and stream its rows."""
-        assert isinstance(partition, _Split)
+        if not isinstance(partition, _Split):
+            raise InvariantError(f"rocksstate reader got a {type(partition).__name__} to read, "
+                                 "not one of the partitions it planned")
         store = self.options.store()
         value_type = self.arrow_schema.field("value").type
         with store.open_read_only(partition.partition, partition.version) as part:

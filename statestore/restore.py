@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from orderedstream.core.errors import CorruptStateError
+from orderedstream.core.errors import CorruptStateError, InvariantError
 from orderedstream.statestore.manifest import FileEntry, Manifest
 from orderedstream.statestore.snapshot import sha256_file, transfer
 
@@ -24,7 +24,10 @@ class FetchResult:
 
 
 def cache_name(entry: FileEntry) -> str:
-    assert entry.remote is not None
+    """The local cache file name of an uploaded file (its remote name)."""
+    if entry.remote is None:
+        raise InvariantError(f"state file {entry.name} is inlined in its manifest: it has no "
+                             "remote copy to cache")
     return entry.remote.rsplit("/", 1)[-1]
 
 

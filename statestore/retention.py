@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from orderedstream.core.errors import OptionError
 from orderedstream.statestore.base import VersionIndex
 from orderedstream.statestore.manifest import read_manifest
 from orderedstream.statestore.options import StateLocation
@@ -92,7 +93,7 @@ def cleanup_partition(fs: Any, root: str, index: VersionIndex, partition: int,
                       keep_last: int) -> dict[str, int]:
     """Apply retention to one partition; returns counts of deleted versions/manifests/files."""
     if keep_last < 1:
-        raise ValueError(f"keep_last={keep_last}: at least 1 version must be kept")
+        raise OptionError(f"keep_last={keep_last}: at least 1 version must be kept")
     published = index.versions(partition)
     if not published:
         return {"versions": 0, "manifests": 0, "files": 0}

@@ -7,7 +7,7 @@ Three components, each measured the same way at every point:
   (``benchmarks.cases.ordered_logic.check_order``; 50 records per key), state and output on S3;
   the order violations it finds must be 0;
 - state store: one Spark task per state partition puts its share of the keys (100-byte values)
-  into a fresh ``StateStore`` partition on S3 and commits it (one full snapshot upload).
+  into a fresh ``RocksDBStateStore`` partition on S3 and commits it (one full snapshot upload).
 
 Points: 1, 2, 4, 8 Kafka (= state) partitions in ``local[2]`` (``scale_points`` of them: the
 ``tiny`` size runs 1 and 2 only), then a Spark standalone cluster of 2 workers x 1 core with
@@ -42,12 +42,12 @@ def fill_partition(partition: int, keys: int, url: str, storage_options: dict[st
     """Executor side: put ``keys`` keys into state partition ``partition`` and commit it;
     returns the task's seconds."""
     from orderedstream.statestore import EMPTY_VERSION, BytesCodec, StateLocation, StateStoreOptions
-    from orderedstream.statestore.store import StateStore
+    from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
     started = time.perf_counter()
     local = tempfile.mkdtemp(prefix=f"scale-store-{partition}-")
-    store = StateStore(StateLocation(url, storage_options),
-                       StateStoreOptions(local_dir=local, codec=BytesCodec()))
+    store = RocksDBStateStore(StateLocation(url, storage_options=storage_options),
+                              StateStoreOptions(local_dir=local, codec=BytesCodec()))
     value = b"v" * 100
     with store.open(partition, EMPTY_VERSION) as part:
         part.put_many((b"key-%03d-%010d" % (partition, i), value) for i in range(keys))

@@ -19,8 +19,7 @@ other row is against plain rocksdict (a read-modify-write knows presence from it
 row's ``extra`` also gives the ratio to plain rocksdict (``vs_plain_rocksdict``).
 
 Both sides get the same RocksDB tuning (``orderedstream.statestore.rocksdb.options.make_options``:
-block
-cache, write buffer manager, bloom filters, lz4) and WAL off. Operations: ``put_many`` (new
+block cache, write buffer manager, bloom filters, lz4) and WAL off. Operations: ``put_many`` (new
 keys, WriteBatches of 10,000, both sides fed the same ``(key, value)`` pairs), ``put`` (blind
 overwrite), ``get``, ``multi_get`` (1,000 keys a call) and ``get+put`` (read-modify-write, what
 the ordered stage does). Ours runs with exact key counting (the default) and without
@@ -41,147 +40,29 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import rocksdict
-
+from benchmarks.cases.statestore_sides import (
+    _BATCH,
+    _MULTI,
+    BASELINE,
+    OPS,
+    PLAIN,
+    SIDES,
+    TARGET,
+    _keys,
+    _values,
+)
 from benchmarks.common import CaseContext, Result, peak_rss_mb
 from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.statestore import (
     EMPTY_VERSION,
     BytesCodec,
-    PickleCodec,
     StateLocation,
     StateStoreOptions,
 )
-from orderedstream.statestore.rocksdb.options import make_options, write_options
-from orderedstream.statestore.store import StateStore
-
-OPS = ("put_many", "put", "get", "multi_get", "get+put")
-TARGET = 0.9  # ours / rocksdict >= 0.9: at most 10% overhead
-_BATCH = 10_000
-_MULTI = 1_000
-
-
-def _keys(n: int) -> list[bytes]:
-    return [b"key-%010d" % ((i * 2654435761) % (1 << 32)) for i in range(n)]
-
-
-def _values(mode: str) -> list[Any]:
-    if mode == "bytes":
-        return [b"%03d" % j + b"v" * 97 for j in range(1000)]
-    return [{"n": j, "session": f"s-{j:06d}", "ts": 1.5 * j, "open": j % 2 == 0}
-            for j in range(1000)]
-
-
-class _Rocksdict:
-    """Plain rocksdict, tuned like the store; ``raw`` picks raw_mode (bytes) or pickling.
-    With ``counting`` it keeps an exact key count by hand, as the store does by default."""
-
-    def __init__(self, path: str, raw: bool, counting: bool = False) -> None:
-        self.raw = raw
-        self.counting = counting
-        self.count = 0
-        self.db = rocksdict.Rdict(path, make_options(StateStoreOptions(), raw_mode=raw))
-        self.db.set_write_options(write_options())
-
-    def put_many(self, items: Iterator[tuple[bytes, Any]]) -> None:
-        raw = self.raw
-        batch = rocksdict.WriteBatch(raw_mode=raw)
-        put, n = batch.put, 0
-        if not self.counting:  # plain: nothing but the WriteBatch
-            for k, v in items:
-                put(k, v)
-                n += 1
-                if n == _BATCH:
-                    self.db.write(batch)
-                    batch = rocksdict.WriteBatch(raw_mode=raw)
-                    put, n = batch.put, 0
-            if n:
-                self.db.write(batch)
-            return
-        keys: list[bytes] = []
-        for k, v in items:
-            put(k, v)
-            keys.append(k)
-            n += 1
-            if n == _BATCH:
-                self._write(batch, keys)
-                batch = rocksdict.WriteBatch(raw_mode=raw)
-                put, n, keys = batch.put, 0, []
-        if n:
-            self._write(batch, keys)
-
-    def _write(self, batch: rocksdict.WriteBatch, keys: list[bytes]) -> None:
-        if keys:  # count the distinct keys that were absent before the batch
-            self.count += len({k for k, v in zip(keys, self.db[keys], strict=True)
-                               if v is None})
-        self.db.write(batch)
-
-    def ops(self) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
-        db = self.db
-        if not self.counting:
-            return db.put, db.get, db.__getitem__
-        get, put = db.get, db.put
-
-        def counted_put(k: bytes, v: Any) -> None:
-            if get(k) is None:
-                self.count += 1
-            put(k, v)
-
-        return counted_put, db.get, db.__getitem__
-
-    def rdict(self) -> rocksdict.Rdict:
-        return self.db
-
-    def close(self) -> None:
-        self.db.close()
-
-
-class _Ours:
-    """One partition of a ``StateStore`` on a local file:// location (no commit timed)."""
-
-    def __init__(self, path: str, codec: Any, exact: bool) -> None:
-        store = StateStore(StateLocation(f"file://{path}/remote"), StateStoreOptions(
-            local_dir=os.path.join(path, "local"), codec=codec, exact_key_count=exact))
-        self.part = store.open(0, EMPTY_VERSION)
-
-    def put_many(self, items: Iterator[tuple[bytes, Any]]) -> None:
-        self.part.put_many(items)
-
-    def ops(self) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
-        p = self.part
-        return p.put, p.get, p.multi_get
-
-    def rdict(self) -> rocksdict.Rdict:
-        self.part.num_keys()  # writes buffered blind puts
-        return self.part._db  # noqa: SLF001 - measurement only
-
-    def close(self) -> None:
-        self.part.close()
-
-
-SIDES: dict[str, tuple[str, Callable[[str], Any]]] = {
-    # name: (mode, factory)
-    "rocksdict pickling": ("objects", lambda p: _Rocksdict(p, raw=False)),
-    "rocksdict pickling, counting keys by hand": (
-        "objects", lambda p: _Rocksdict(p, raw=False, counting=True)),
-    "ours pickle": ("objects", lambda p: _Ours(p, PickleCodec(), exact=True)),
-    "ours pickle, no count": ("objects", lambda p: _Ours(p, PickleCodec(), exact=False)),
-    "rocksdict raw_mode": ("bytes", lambda p: _Rocksdict(p, raw=True)),
-    "rocksdict raw_mode, counting keys by hand": (
-        "bytes", lambda p: _Rocksdict(p, raw=True, counting=True)),
-    "ours bytes": ("bytes", lambda p: _Ours(p, BytesCodec(), exact=True)),
-    "ours bytes, no count": ("bytes", lambda p: _Ours(p, BytesCodec(), exact=False)),
-}
-PLAIN = {"objects": "rocksdict pickling", "bytes": "rocksdict raw_mode"}
-BASELINE = {  # ours -> the rocksdict side doing the same work
-    "ours pickle": "rocksdict pickling, counting keys by hand",
-    "ours pickle, no count": "rocksdict pickling",
-    "ours bytes": "rocksdict raw_mode, counting keys by hand",
-    "ours bytes, no count": "rocksdict raw_mode",
-}
+from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
 
 def _bursts(sides: dict[str, Any], jobs: list[Callable[[Any], int]],
@@ -339,8 +220,8 @@ def snapshot_and_restore(location: StateLocation, n: int, workdir: str) -> list[
     """Incremental commit bytes (1,000 keys changed) and restore time on an empty local dir."""
     value = b"v" * 100
     keys = _keys(n)
-    store = StateStore(location, StateStoreOptions(local_dir=os.path.join(workdir, "snap"),
-                                                   codec=BytesCodec()))
+    store = RocksDBStateStore(location, StateStoreOptions(
+        local_dir=os.path.join(workdir, "snap"), codec=BytesCodec()))
     with store.open(1, EMPTY_VERSION) as part:
         part.put_many((k, value) for k in keys)
         first = part.commit(0)
@@ -353,8 +234,8 @@ def snapshot_and_restore(location: StateLocation, n: int, workdir: str) -> list[
         second.bytes_uploaded, changed_bytes, "bytes changed (keys + stored values)",
         "second commit after rewriting 1000 keys; baseline is what changed",
         higher_is_better=False, extra={"first": first.to_dict(), "second": second.to_dict()})]
-    fresh = StateStore(location, StateStoreOptions(local_dir=os.path.join(workdir, "fresh"),
-                                                   codec=BytesCodec()))
+    fresh = RocksDBStateStore(location, StateStoreOptions(
+        local_dir=os.path.join(workdir, "fresh"), codec=BytesCodec()))
     start = time.perf_counter()
     with fresh.open(1, 1) as part:
         assert part.num_keys() == n
@@ -370,8 +251,8 @@ def _mode_run(location: StateLocation, n: int, workdir: str, label: str, changel
     (100-byte random values: compression helps neither side); a fresh local dir restores the
     last version."""
     opts = dict(codec=BytesCodec(), changelog=changelog, snapshot_interval=interval)
-    store = StateStore(location, StateStoreOptions(local_dir=os.path.join(workdir, label),
-                                                   **opts))
+    store = RocksDBStateStore(location, StateStoreOptions(
+        local_dir=os.path.join(workdir, label), **opts))
     keys = _keys(n)
     rng = random.Random(7)  # incompressible values, the same sequence for both modes
     pool = [rng.randbytes(100) for _ in range(1000)]
@@ -385,7 +266,7 @@ def _mode_run(location: StateLocation, n: int, workdir: str, label: str, changel
             m = part.commit(version)
             uploaded.append(m.bytes_uploaded)
             commit_s.append(m.commit_seconds)
-    fresh = StateStore(location, StateStoreOptions(
+    fresh = RocksDBStateStore(location, StateStoreOptions(
         local_dir=os.path.join(workdir, label + "-fresh"), **opts))
     start = time.perf_counter()
     with fresh.open(2, batches) as part:
@@ -406,9 +287,11 @@ def snapshot_modes(location: StateLocation, n: int, workdir: str, batches: int =
     changed_keys = min(changed_keys, n // 2)
     changed_bytes = changed_keys * (len(_keys(1)[0]) + 101)
     tag = f"{changed_keys}-{batches}"
-    ckpt = _mode_run(StateLocation(f"{location.url}-ckpt-{tag}", location.storage_options), n,
+    ckpt = _mode_run(StateLocation(f"{location.url}-ckpt-{tag}",
+                                   storage_options=location.storage_options), n,
                      workdir, f"ckpt-{tag}", False, batches, interval, changed_keys)
-    log = _mode_run(StateLocation(f"{location.url}-log-{tag}", location.storage_options), n,
+    log = _mode_run(StateLocation(f"{location.url}-log-{tag}",
+                                  storage_options=location.storage_options), n,
                     workdir, f"log-{tag}", True, batches, interval, changed_keys)
     how = (f"{n} keys, then {batches} versions each rewriting {changed_keys:,} keys "
            f"(~{changed_bytes:,} bytes changed); changelog mode takes a full checkpoint every "
@@ -446,7 +329,7 @@ def measure(location: StateLocation, n: int, workdir: str) -> list[Result]:
 def run(ctx: CaseContext) -> list[Result]:
     n = ctx.scale.get("keys", 1_000_000)
     location = StateLocation(ctx.s3_url("bench-state", str(int(time.time()))),
-                             ctx.storage_options)
+                             storage_options=ctx.storage_options)
     return measure(location, n, tempfile.mkdtemp(dir=ctx.workdir))
 
 
@@ -461,7 +344,7 @@ def main() -> None:
     if args.s3_endpoint:
         # An external endpoint: credentials from the standard AWS chain (environment).
         location = StateLocation(f"s3://lake/bench-state/{int(time.time())}",
-                                 s3_endpoint_options(args.s3_endpoint))
+                                 storage_options=s3_endpoint_options(args.s3_endpoint))
     else:
         location = StateLocation(f"file://{workdir}/remote")
     try:

@@ -21,7 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from orderedstream.statestore.ordered.group_state import NO_TIMESTAMP, GroupState
-from orderedstream.statestore.ordered.options import OrderedOptions
+from orderedstream.statestore.ordered.options import OrderedOptions, to_arrow_schema
 from orderedstream.statestore.ordered.plan import BatchPlan, PartitionBase, PartitionCommit
 from orderedstream.statestore.ordered.timeouts import (
     EventTimeTimeout,
@@ -31,19 +31,14 @@ from orderedstream.statestore.ordered.timeouts import (
 )
 
 if TYPE_CHECKING:
-    from orderedstream.statestore.ordered.processor import (
-        BatchResult,
-        OrderedStateful,
-        to_arrow_schema,
-    )
+    from orderedstream.statestore.ordered.processor import BatchResult, OrderedStateful
     from orderedstream.statestore.ordered.retention import RetentionPolicy, RetentionResult
 
 # Driver-side parts load on first use: executor tasks import this package for the runner, and
 # the driver's modules pull in the sink's table reader (pyarrow.dataset, pandas): about 0.35 s
 # of every Python worker's start.
 _LAZY = {"BatchResult": "processor", "OrderedStateful": "processor",
-         "to_arrow_schema": "processor", "RetentionPolicy": "retention",
-         "RetentionResult": "retention"}
+         "RetentionPolicy": "retention", "RetentionResult": "retention"}
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from orderedstream.core.errors import OptionError
+from orderedstream.core.errors import OptionError, StateKeyError, StateValueError
 from orderedstream.statestore.ordered.keyed_state import StateEntry
 from orderedstream.statestore.ordered.timeouts import Duration, parse_duration_ms
 
@@ -47,9 +47,10 @@ class GroupState:
         return self._entry.exists
 
     def get(self) -> Any:
-        """The state value; raises ``KeyError`` when there is none (check ``exists``)."""
+        """The state value; raises ``StateKeyError`` (a ``KeyError``) when there is none
+        (check ``exists``)."""
         if not self._entry.exists:
-            raise KeyError("state is not defined for this key (or was removed): check "
+            raise StateKeyError("state is not defined for this key (or was removed): check "
                            "state.exists or use state.get_option()")
         return self._entry.value
 
@@ -80,9 +81,10 @@ class GroupState:
 
     # ---- writing ---------------------------------------------------------------------------
     def update(self, value: Any) -> None:
-        """Set the key's state to ``value`` (any picklable object; None is refused)."""
+        """Set the key's state to ``value`` (any picklable object; None is refused with
+        ``StateValueError``, a ``ValueError`` as in Spark)."""
         if value is None:
-            raise ValueError("state.update(None) is not allowed; use state.remove()")
+            raise StateValueError("state.update(None) is not allowed; use state.remove()")
         entry = self._entry
         entry.value = value
         entry.exists = True

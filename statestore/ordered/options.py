@@ -1,6 +1,7 @@
 """``OrderedOptions``: everything the ordered stage needs, validated once, frozen, picklable.
 
-Built on the driver by ``OrderedStateful`` and shipped (pickled) to every task.
+Built on the driver by ``OrderedStateful`` and shipped (pickled) to every task; keyword-only.
+``to_arrow_schema`` turns the user's ``output_schema`` (Arrow, Spark or DDL) into Arrow.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from orderedstream.core.errors import OptionError
+from orderedstream.sinks.schema import spark_to_arrow
 from orderedstream.statestore.ordered.placement import PLACEMENT_MODES
 from orderedstream.statestore.ordered.timeouts import (
     EventTimeTimeout,
@@ -23,7 +25,28 @@ from orderedstream.statestore.ordered.timeouts import (
 KAFKA_COLUMNS = ("topic", "partition", "offset")
 
 
-@dataclass(frozen=True)
+def to_arrow_schema(schema: Any) -> pa.Schema:
+    """An Arrow schema from a pyarrow Schema, a Spark StructType or a DDL string."""
+    if isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, str):
+        from pyspark.sql.types import _parse_datatype_string
+
+        try:
+            schema = _parse_datatype_string(schema)
+        except Exception as exc:  # noqa: BLE001 - pyspark raises several kinds
+            raise OptionError(f"output_schema {schema!r} could not be parsed as a DDL schema "
+                              "('name type, ...'; DDL strings need an active SparkSession, "
+                              f"a pyarrow.Schema does not): {exc}") from exc
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return spark_to_arrow(schema)
+    raise OptionError(f"output_schema must be a pyarrow.Schema, a Spark StructType or a DDL "
+                      f"string, got {type(schema).__name__}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class OrderedOptions:
     """How the ordered stage reads, keeps state and writes output.
 

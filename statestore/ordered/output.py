@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
-from orderedstream.core.errors import OptionError, OrderedStreamError
+from orderedstream.core.errors import CorruptLogError, OptionError, TableIntegrityError
 from orderedstream.sinks.schema import decode_schema, spark_to_arrow
 from orderedstream.sinks.table import FencedTable
 
@@ -109,7 +109,7 @@ def batch_output_df(spark: Any, log: CommitLog, record: CommitRecord,
         raise OptionError(f"output_df(engine={engine!r}): accepted are "
                           f"{', '.join(repr(e) for e in ENGINES)}")
     if record.schema is None:
-        raise OrderedStreamError(f"commit record {record.version} of {log.url} has no schema")
+        raise CorruptLogError(f"commit record {record.version} of {log.url} has no schema")
     schema = decode_schema(record.schema)
     spark_schema = spark_schema_of(schema)
     if spark is None:
@@ -121,7 +121,7 @@ def batch_output_df(spark: Any, log: CommitLog, record: CommitRecord,
                               "foreachBatch: batch_df.sparkSession)")
     gone = retired_and_gone(log, record)
     if gone:
-        raise OrderedStreamError(
+        raise TableIntegrityError(
             f"batch {record.batch_id}'s output files {gone[:3]}{'...' if len(gone) > 3 else ''}"
             f" at {log.url} were compacted into larger files and vacuumed: the batch's own "
             "rows no longer exist separately. Read the table instead (FencedTable.to_arrow)")

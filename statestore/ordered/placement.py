@@ -209,19 +209,18 @@ class StatePlacement:
             return None  # one executor (the driver): nothing to choose
         return placement
 
-    def _partition_order(self, frame: Any, batch_id: int) -> list[str] | None:
-        """Kafka partition per Spark partition index of this batch, or None (logged once)."""
-        assert self.checkpoint_location is not None
+    def _partition_order(self, frame: Any, batch_id: int, checkpoint: str) -> list[str] | None:
+        """Kafka partition per Spark partition index of this batch (from the offset log at
+        ``checkpoint``), or None (logged once)."""
         try:
-            order = kafka_partition_order(self.checkpoint_location, batch_id,
-                                          self.storage_options)
+            order = kafka_partition_order(checkpoint, batch_id, self.storage_options)
         except OffsetLogMismatch as exc:
             if batch_id > 0:
                 self._warn_once("offsets", "batch %d placed by Spark: %s", batch_id, exc)
             return None
         except Exception as exc:  # noqa: BLE001 - placement must never fail a batch
             self._warn_once("offsets", "batch %d placed by Spark: reading the offset log of "
-                            "%s failed: %r", batch_id, self.checkpoint_location, exc)
+                            "%s failed: %r", batch_id, checkpoint, exc)
             return None
         try:
             count = int(frame._jdf.queryExecution().toRdd().getNumPartitions())
@@ -244,10 +243,11 @@ class StatePlacement:
         shim with no preferences: its tasks then report Spark's executor id, so the next batch
         is placed where this one committed.
         """
+        checkpoint = self.checkpoint_location
         placement = self._shim(frame.sparkSession)
-        if placement is None:
+        if placement is None or checkpoint is None:
             return frame, None
-        order = self._partition_order(frame, batch_id)
+        order = self._partition_order(frame, batch_id, checkpoint)
         partitions = dict(enumerate(order or []))
         tag = f"{self.key_prefix}:{batch_id}"
         try:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from orderedstream.core.datafile import DataFile
 from orderedstream.statestore.base import EMPTY_VERSION
 
 EXTRA_KEY = "ordered_state"
@@ -51,7 +52,8 @@ class PartitionBase:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PartitionBase:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__ if k in data})
+        fields: dict[str, Any] = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,10 @@ class PartitionCommit:
         data = json.loads(text)
         data["files"] = tuple(data["files"])
         return cls(**data)
+
+    def data_files(self) -> tuple[DataFile, ...]:
+        """The output files this task wrote, as the descriptors a commit record lists."""
+        return tuple(DataFile.from_dict(f) for f in self.files)
 
     def as_base(self) -> PartitionBase:
         return PartitionBase(version=self.batch_id, manifest=self.manifest,

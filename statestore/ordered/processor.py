@@ -20,13 +20,14 @@ Usage::
         .writeStream.foreachBatch(processor.process_batch)
         .option("checkpointLocation", ...).start())
 
-Per batch N: if N's commit record exists (a replay after a crash), nothing is done. Otherwise
-one narrow ``mapInArrow`` stage runs every Kafka partition's records through the function on
+Per batch N, through the sinks' publish path (``orderedstream.sinks.commit``): if N's commit
+record exists (a replay after a crash), only ``_spark_metadata`` is repaired. Otherwise one
+narrow ``mapInArrow`` stage runs every Kafka partition's records through the function on
 the executors (no shuffle), writing output files and a state candidate per partition; then
 the driver creates N's commit record exclusively: the output files plus, for every Kafka
 partition, the manifest that is its state version (the full map, carried forward, so a
-partition idle for many batches still loads with one read). Output and state can never
-disagree: both come from the attempt the record names.
+partition idle for many batches still loads with one read), and derives ``_spark_metadata``
+from it. Output and state can never disagree: both come from the attempt the record names.
 """
 
 from __future__ import annotations
@@ -38,22 +39,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import pyarrow as pa
-
 from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
 from orderedstream.core.errors import (
-    CommitConflictError,
     CorruptStateError,
     OptionError,
     OrderViolationError,
     StateNotFoundError,
 )
+from orderedstream.python_datasource.client_config import secrets_from_options
 from orderedstream.python_datasource.ranges import is_range_columns
+from orderedstream.sinks.commit import prepare_batch, publish_batch
 from orderedstream.sinks.options import FencedParquetOptions
-from orderedstream.sinks.schema import encode_schema, spark_to_arrow
 from orderedstream.sinks.table import FencedTable
 from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, decode_key
-from orderedstream.statestore.ordered.options import OrderedOptions
+from orderedstream.statestore.ordered.options import OrderedOptions, to_arrow_schema
 from orderedstream.statestore.ordered.output import batch_output_df
 from orderedstream.statestore.ordered.placement import StatePlacement
 from orderedstream.statestore.ordered.plan import (
@@ -80,27 +79,6 @@ from orderedstream.statestore.ordered.timeouts import NoTimeout, Timeout
 _log = logging.getLogger("orderedstream.statestore.ordered")
 
 DEFAULT_ROW_GROUP_ROWS = 131_072
-
-
-def to_arrow_schema(schema: Any) -> pa.Schema:
-    """An Arrow schema from a pyarrow Schema, a Spark StructType or a DDL string."""
-    if isinstance(schema, pa.Schema):
-        return schema
-    if isinstance(schema, str):
-        from pyspark.sql.types import _parse_datatype_string
-
-        try:
-            schema = _parse_datatype_string(schema)
-        except Exception as exc:  # noqa: BLE001 - pyspark raises several kinds
-            raise OptionError(f"output_schema {schema!r} could not be parsed as a DDL schema "
-                              "('name type, ...'; DDL strings need an active SparkSession, "
-                              f"a pyarrow.Schema does not): {exc}") from exc
-    from pyspark.sql.types import StructType
-
-    if isinstance(schema, StructType):
-        return spark_to_arrow(schema)
-    raise OptionError(f"output_schema must be a pyarrow.Schema, a Spark StructType or a DDL "
-                      f"string, got {type(schema).__name__}")
 
 
 @dataclass(frozen=True)
@@ -180,6 +158,10 @@ class OrderedStateful:
     records; every ``OrderedStateful`` instance claims a new writer epoch on its first batch,
     which fences any older instance (a zombie driver) writing to the same output.
 
+    ``kafka_options``: the secret ``kafka.*`` options (e.g. ``kafka.sasl.jaas.config``) of an
+    ``orderedkafka`` source read with ``emit="ranges"``; its rows carry only their names, the
+    tasks take the values from here (shipped inside the task function, never in rows).
+
     ``checkpoint_location`` (the query's ``checkpointLocation``) with ``placement="auto"`` makes
     each Kafka partition's task prefer the executor that committed its state last, so its local
     state copy is reused instead of restored (needs the JVM shim and a cluster; see
@@ -209,10 +191,12 @@ class OrderedStateful:
                  placement: Literal["auto", "off"] = "auto",
                  keep_batches: int | None = None,
                  cleanup_interval_batches: int | None = DEFAULT_CLEANUP_INTERVAL_BATCHES,
+                 kafka_options: Mapping[str, str] | None = None,
                  ) -> None:
         if not callable(func):
             raise OptionError(f"OrderedStateful(func=...) must be callable, got {func!r}")
         self.func = func
+        self._kafka_secrets = secrets_from_options(kafka_options)  # values never printed
         self.options = OrderedOptions(
             state_location=state_location, output=output,
             output_schema=to_arrow_schema(output_schema), key=key,
@@ -221,10 +205,10 @@ class OrderedStateful:
             storage_options=dict(storage_options or {}), query_name=writer_id,
             writer_options=dict(writer_options or {}), store_options=dict(store_options or {}),
             checkpoint_location=checkpoint_location, placement=placement)
-        sink_options = {"row_group_rows": DEFAULT_ROW_GROUP_ROWS, **dict(writer_options or {})}
-        self.sink = FencedParquetOptions.from_mapping(
-            sink_options, path=self.options.output,
-            storage_options=self.options.storage_options, writer_id=writer_id)
+        self.sink = FencedParquetOptions.from_mapping({
+            "row_group_rows": DEFAULT_ROW_GROUP_ROWS, **dict(writer_options or {}),
+            "path": self.options.output, "storage_options": self.options.storage_options,
+            "writer_id": writer_id})
         self.placement = StatePlacement(
             checkpoint_location=self.options.checkpoint_location, mode=self.options.placement,
             key_prefix=self.options.state_location, storage_options=self.options.storage_options)
@@ -299,18 +283,6 @@ class OrderedStateful:
                          self.options.state_location, type(exc).__name__, exc)
             return None
 
-    def _bases_before(self, batch_id: int) -> dict[str, PartitionBase]:
-        latest = self.log.latest_batch_record()
-        if latest is None:
-            return {}
-        assert latest.batch_id is not None
-        if latest.batch_id > batch_id:
-            raise CommitConflictError(
-                f"batch {batch_id} arrived but batch {latest.batch_id} is already committed "
-                f"at {self.options.output}: batch ids must grow. A query with a fresh "
-                "checkpoint needs a fresh output and state_location")
-        return bases_from_extra(latest.extra)
-
     # ---- the foreachBatch function -----------------------------------------------------
     def process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
         """Process micro-batch ``batch_id`` exactly once; use as ``foreachBatch``'s function.
@@ -318,21 +290,23 @@ class OrderedStateful:
         Runs on the driver; the ordered stage it starts runs on the executors.
         """
         batch_id = int(batch_id)
-        existing = self.log.get(batch_id)
-        if existing is not None:
-            self.last_result = BatchResult(batch_id, True, existing, processor=self)
+        # The sinks' publish path: skip a replay (repairing _spark_metadata), check the epoch
+        # (claimed at this instance's first batch) and the output schema against the table.
+        prepared = prepare_batch(
+            self.log, self.sink, batch_id, self.options.output_schema, epoch=self._epoch,
+            writer_id=f"{self.options.query_name}-{uuid.uuid4().hex[:8]}", owner=None)
+        if isinstance(prepared, CommitRecord):
+            self.last_result = BatchResult(batch_id, True, prepared, processor=self)
             return self.last_result
-        if self._epoch is None:
-            self._epoch = self.log.claim_epoch(f"{self.options.query_name}-{uuid.uuid4().hex[:8]}")
-        else:
-            self.log.check_epoch(self._epoch)
+        self._epoch = prepared.epoch
         ranges = is_range_columns(batch_df.columns)  # orderedkafka emit=ranges: tasks read
         if not ranges:
             self.options.check_input(list(batch_df.columns))
-        bases = self._bases_before(batch_id)
+        bases = self.partition_states()  # of the latest batch, older than this one
         now_ms = int(time.time() * 1000)
         plan = BatchPlan(batch_id=batch_id, processing_time_ms=now_ms, bases=bases)
-        task = OrderedTask(self.options, self.func, plan, self.sink)
+        task = OrderedTask(self.options, self.func, plan, self.sink,
+                           kafka_secrets=self._kafka_secrets)
         frame = batch_df
         if self.options.columns is not None and not ranges:
             frame = batch_df.select(*self.options.required_columns())
@@ -351,12 +325,11 @@ class OrderedStateful:
                     "Feed the stage one input partition per Kafka partition (orderedkafka "
                     "without minPartitions / maxRecordsPerPartition, no repartition)")
             seen[commit.partition_id] = commit
-        files = [f for c in commits for f in c.files]
-        record = self.log.commit(batch_id, self._epoch, files,
-                                 extra=extra_for(advance(bases, commits), batch_id, commits),
-                                 schema=encode_schema(self.options.output_schema))
+        record = publish_batch(  # the batch's record (files + state manifests), then Spark's log
+            self.log, self.sink, batch_id, prepared.epoch,
+            [f for c in commits for f in c.data_files()], prepared.schema,
+            extra=extra_for(advance(bases, commits), batch_id, commits))
         self.placement.committed(placed, commits)
-        self.table().sync_spark_metadata(interval=self.sink.metadata_compact_interval)
         self.last_result = BatchResult(batch_id, False, record, tuple(commits),
                                        dict(placed.planned) if placed is not None else {},
                                        cleanup=self._cleanup_if_due(batch_id), processor=self)

@@ -34,7 +34,7 @@ from typing import Any
 import fsspec
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord
-from orderedstream.core.errors import CorruptStateError, OptionError
+from orderedstream.core.errors import CorruptStateError, InvariantError, OptionError
 from orderedstream.statestore.manifest import Manifest
 from orderedstream.statestore.ordered.plan import bases_from_extra, split_partition_id
 from orderedstream.statestore.retention import drop_listings, unreferenced
@@ -200,7 +200,9 @@ class OrderedRetention:
             return RetentionResult(None, None, 0, 0, 0, 0, 0, 0, 0,
                                    time.perf_counter() - started)
         latest = records[-1].batch_id
-        assert latest is not None
+        if latest is None:
+            raise InvariantError(f"retained_batch_records returned maintenance version "
+                                 f"{records[-1].version} of {self.log.url} as a batch record")
         manifests, files, partitions = self.retained(records)
         listed = self._listing()
         doomed, counts = unreferenced(listed, manifests | files, latest)

@@ -1,7 +1,8 @@
 """The ordered stage's task body (executor side): Kafka partitions in offset order, with state.
 
 ``OrderedTask`` is the function ``mapInArrow`` runs on each Spark partition. It is pickled with
-the options, the user function and the ``BatchPlan``; nothing else crosses from the driver.
+the options, the user function, the ``BatchPlan`` and the secret ``kafka.*`` settings that
+``emit = ranges`` rows never carry; nothing else crosses from the driver.
 For every Kafka (topic, partition) in its input (normally exactly one per task) it:
 
 1. opens the partition's state at the version the plan names (local copy or restore),
@@ -28,7 +29,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orderedstream.core.errors import OrderViolationError, SchemaMismatchError
+from orderedstream.core.errors import OptionError, OrderViolationError, UserFunctionError
+from orderedstream.python_datasource.client_config import KafkaSecrets
 from orderedstream.python_datasource.ranges import described, is_range_columns
 from orderedstream.python_datasource.reader import read_range
 from orderedstream.sinks.options import FencedParquetOptions
@@ -68,8 +70,8 @@ def _event_ms(column: pa.Array) -> int | None:
         return int(value // divisor) if typ.unit != "s" else int(value * 1000)
     if pa.types.is_integer(typ):
         return int(pc.max(column).as_py())
-    raise OrderViolationError(f"event-time column has type {typ}; a timestamp or an integer "
-                              "of epoch milliseconds is required")
+    raise OptionError(f"EventTimeTimeout column has type {typ}; a timestamp or an integer "
+                      "of epoch milliseconds is required")
 
 
 class _Runs:
@@ -110,7 +112,7 @@ class PartitionRun:
     """Processes one Kafka partition's slices of one batch against its open state."""
 
     def __init__(self, options: OrderedOptions, func: UserFunction, plan: BatchPlan,
-                 pid: str, base: PartitionBase, table: KeyedStateTable | None) -> None:
+                 pid: str, base: PartitionBase, table: KeyedStateTable) -> None:
         self.options = options
         self.func = func
         self.plan = plan
@@ -141,7 +143,6 @@ class PartitionRun:
         limit = options.output_batch_rows
         buffer: list[Any] = []
         table = self.table
-        assert table is not None
         state = GroupState(self.kind, self.plan.processing_time_ms, self.watermark_ms())
         func = self.func
         decoder = RecordDecoder(options.columns, options.key)
@@ -190,10 +191,10 @@ class PartitionRun:
                      else self.watermark_ms() if self.kind == "event" else None)
         if threshold is not None:
             state = GroupState(self.kind, self.plan.processing_time_ms, self.watermark_ms())
-            for encoded in table.expired(threshold):
-                entry = table.load(encoded)
+            for timed_out in table.expired(threshold):
+                entry = table.load(timed_out)
                 state._bind(entry, True)
-                key = decode_key(encoded)
+                key = decode_key(timed_out)
                 try:
                     out = func(key, None, state)
                     if out is not None:
@@ -241,7 +242,9 @@ class PartitionRun:
 
     @staticmethod
     def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
-        """Rows (tuples in schema order, or dicts by field name) as one Arrow batch."""
+        """Rows (tuples in schema order, or dicts by field name) as one Arrow batch;
+        UserFunctionError (naming ``output_schema``) for rows that do not fit it."""
+        cause: Exception | None = None
         try:
             if isinstance(rows[0], dict):
                 return pa.RecordBatch.from_pylist(rows, schema=schema)
@@ -255,28 +258,32 @@ class PartitionRun:
                 except (ValueError, TypeError, pa.ArrowException):
                     pass
             columns = list(zip(*rows, strict=True))
-            if len(columns) != len(schema):
-                raise ValueError(f"rows have {len(columns)} fields")
-            return pa.RecordBatch.from_arrays(
-                [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
-                schema=schema)
+            problem = None if len(columns) == len(schema) else f"rows have {len(columns)} fields"
+            if problem is None:
+                return pa.RecordBatch.from_arrays(
+                    [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
+                    schema=schema)
         except (ValueError, TypeError, pa.ArrowException) as exc:
-            raise SchemaMismatchError(
-                f"the ordered user function returned rows that do not fit output_schema "
-                f"{schema} ({exc}); return tuples in schema order or dicts by field name"
-            ) from exc
+            problem, cause = str(exc), exc
+        raise UserFunctionError(
+            f"the ordered user function returned rows that do not fit output_schema "
+            f"{schema} ({problem}); return tuples in schema order or dicts by field name"
+        ) from cause
 
 
 class OrderedTask:
     """The ``mapInArrow`` function of one batch. Pickled to executors (holds only options,
-    the user function and the plan); called once per Spark partition."""
+    the user function, the plan and the secret ``kafka.*`` settings ``emit = ranges`` rows
+    lack); called once per Spark partition."""
 
     def __init__(self, options: OrderedOptions, func: UserFunction, plan: BatchPlan,
-                 sink: FencedParquetOptions) -> None:
+                 sink: FencedParquetOptions, *, kafka_secrets: KafkaSecrets | None = None,
+                 ) -> None:
         self.options = options
         self.func = func
         self.plan = plan
         self.sink = sink
+        self.kafka_secrets = kafka_secrets if kafka_secrets is not None else KafkaSecrets()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches = iter(batches)
@@ -304,7 +311,7 @@ class OrderedTask:
         done: set[str] = set()
         wanted = None if self.options.columns is None else self.options.required_columns()
         for batch in batches:
-            for rng, reader_options in described(batch):
+            for rng, reader_options in described(batch, self.kafka_secrets):
                 pid = partition_id(rng.topic, rng.partition)
                 if pid in done:
                     raise OrderViolationError(
@@ -318,7 +325,7 @@ class OrderedTask:
                     continue
                 done.add(pid)
                 self.options.check_input(head.schema.names)
-                slices = itertools.chain([head], records)
+                slices: Iterator[pa.RecordBatch] = itertools.chain([head], records)
                 if wanted is not None:
                     slices = (b.select(wanted) for b in slices)
                 commit = self.run_partition(pid, slices)

@@ -50,7 +50,8 @@ class RecordVersionIndex:
 
 def topic_location(options: OrderedOptions, topic: str) -> StateLocation:
     """Where the state of ``topic``'s partitions lives."""
-    return StateLocation(f"{options.state_location}/topic={topic}", options.storage_options)
+    return StateLocation(f"{options.state_location}/topic={topic}",
+                         storage_options=options.storage_options)
 
 
 def store_options(options: OrderedOptions) -> StateStoreOptions:
@@ -60,20 +61,20 @@ def store_options(options: OrderedOptions) -> StateStoreOptions:
 
 
 def _record_store_class() -> type:
-    """``StateStore`` whose ``cleanup`` is refused: its ``RecordVersionIndex`` knows only the
-    versions handed to it, so generic retention would delete state that retained commit
+    """``RocksDBStateStore`` whose ``cleanup`` is refused: its ``RecordVersionIndex`` knows only
+    the versions handed to it, so generic retention would delete state that retained commit
     records still name. Retention of the ordered stage is ``OrderedStateful.cleanup_state``."""
     global _RECORD_STORE
     if _RECORD_STORE is None:
-        from orderedstream.statestore.store import StateStore
+        from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
-        class RecordStateStore(StateStore):
+        class RecordStateStore(RocksDBStateStore):
             def cleanup(self, partition: int, *,
                         keep_last: int | None = None) -> dict[str, int]:
                 raise OptionError(
-                    f"StateStore.cleanup is not available for the ordered stage's state at "
-                    f"{self.location.url}: its versions are published by the output table's "
-                    "commit records. Use OrderedStateful.cleanup_state(keep_batches=...)")
+                    f"RocksDBStateStore.cleanup is not available for the ordered stage's "
+                    f"state at {self.location.url}: its versions are published by the output "
+                    "table's commit records. Use OrderedStateful.cleanup_state(keep_batches=...)")
 
         RecordStateStore.__module__ = __name__
         RecordStateStore.__qualname__ = "RecordStateStore"
@@ -94,7 +95,7 @@ def __getattr__(name: str) -> Any:
 
 def open_store(options: OrderedOptions, topic: str,
                manifests: Mapping[tuple[int, int], str] | None = None) -> Any:
-    """A ``StateStore`` for ``topic`` whose versions come from commit records."""
+    """A ``RocksDBStateStore`` for ``topic`` whose versions come from commit records."""
     return _record_store_class()(topic_location(options, topic), store_options(options),
                                  index=RecordVersionIndex(manifests))
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orderedstream.core.errors import StateLockedError
+from orderedstream.core.errors import InvariantError, StateLockedError
 from orderedstream.statestore.base import EMPTY_VERSION
 from orderedstream.statestore.manifest import FileEntry
 
@@ -116,7 +116,10 @@ class LocalCopy:
         os.replace(tmp, path)
 
     def db_path(self) -> str:
-        assert self.state.db is not None
+        """The live DB directory (the state names one once a version is held)."""
+        if self.state.db is None:
+            raise InvariantError(f"local state copy {self.dir} holds version "
+                                 f"{self.state.version} but names no DB directory")
         return os.path.join(self.dir, self.state.db)
 
     def remove_stale(self, keep_cache: set[str]) -> None:

@@ -84,5 +84,6 @@ def make_options(opts: StateStoreOptions, *, raw_mode: bool = True) -> rocksdict
 def write_options() -> rocksdict.WriteOptions:
     """No WAL: durability comes from committed snapshots, a dirty local copy is restored."""
     w = rocksdict.WriteOptions()
-    w.disable_wal = True
+    # A property at run time; rocksdict's stub declares a method of that name.
+    w.disable_wal = True  # type: ignore[method-assign, assignment]
     return w

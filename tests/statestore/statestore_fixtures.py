@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orderedstream.statestore import StateLocation, StateStoreOptions
-from orderedstream.statestore.store import StateStore
+from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
 _machines = itertools.count()
 
@@ -21,16 +21,17 @@ def state_location(request: pytest.FixtureRequest, tmp_path: Path) -> StateLocat
     if request.param == "file":
         return StateLocation(f"file://{tmp_path / 'remote'}")
     s3 = request.getfixturevalue("s3")
-    return StateLocation(request.getfixturevalue("s3_url"), s3.storage_options)
+    return StateLocation(request.getfixturevalue("s3_url"), storage_options=s3.storage_options)
 
 
 @pytest.fixture
-def make_store(state_location: StateLocation, tmp_path: Path) -> Callable[..., StateStore]:
-    """Factory: a StateStore on ``state_location``. Each ``machine`` name gets its own local
-    dir, so two names behave like two executors with separate disks."""
+def make_store(state_location: StateLocation,
+               tmp_path: Path) -> Callable[..., RocksDBStateStore]:
+    """Factory: a RocksDBStateStore on ``state_location``. Each ``machine`` name gets its own
+    local dir, so two names behave like two executors with separate disks."""
 
-    def factory(machine: str = "m0", **options: Any) -> StateStore:
+    def factory(machine: str = "m0", **options: Any) -> RocksDBStateStore:
         opts = StateStoreOptions(local_dir=str(tmp_path / "local" / machine), **options)
-        return StateStore(state_location, opts)
+        return RocksDBStateStore(state_location, opts)
 
     return factory

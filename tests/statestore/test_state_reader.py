@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from orderedstream.statestore import EMPTY_VERSION, SchemaCodec, StateLocation, StateStoreOptions
-from orderedstream.statestore.store import StateStore
+from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 from pyspark_rocksstate import DefaultSource
 
 ORDER_SCHEMA = pa.schema([("customer", pa.string()), ("total", pa.float64()),
@@ -25,7 +25,7 @@ def rocksstate(spark: Any) -> Any:
     return spark
 
 
-def _reader(spark: Any, store: StateStore, **options: Any) -> Any:
+def _reader(spark: Any, store: RocksDBStateStore, **options: Any) -> Any:
     reader = (spark.read.format("rocksstate").option("location", store.location.url)
               .option("storage_options", json.dumps(dict(store.location.storage_options))))
     for key, value in options.items():
@@ -37,8 +37,8 @@ def _reader(spark: Any, store: StateStore, **options: Any) -> Any:
 def test_reads_committed_versions_as_dataframe(rocksstate: Any, s3: Any, s3_url: str,
                                                 tmp_path: Path, changelog: bool) -> None:
     # changelog: version 1 is version 0's checkpoint plus a write log the executor replays.
-    location = StateLocation(s3_url, s3.storage_options)
-    store = StateStore(location, StateStoreOptions(
+    location = StateLocation(s3_url, storage_options=s3.storage_options)
+    store = RocksDBStateStore(location, StateStoreOptions(
         local_dir=str(tmp_path / "local"), space_codecs={"orders": SchemaCodec(ORDER_SCHEMA)},
         changelog=changelog))
     for p in (0, 1):
@@ -77,8 +77,8 @@ def test_bad_options_name_what_is_wrong(rocksstate: Any, s3: Any, s3_url: str,
                                         tmp_path: Path) -> None:
     with pytest.raises(Exception, match="needs option 'location'"):
         rocksstate.read.format("rocksstate").load().collect()
-    store = StateStore(StateLocation(s3_url, s3.storage_options),
-                       StateStoreOptions(local_dir=str(tmp_path / "l")))
+    store = RocksDBStateStore(StateLocation(s3_url, storage_options=s3.storage_options),
+                              StateStoreOptions(local_dir=str(tmp_path / "l")))
     with store.open(0, EMPTY_VERSION) as part:
         part.put("k", 1)
         part.commit(0)

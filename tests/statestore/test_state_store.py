@@ -17,10 +17,10 @@ from orderedstream.core.errors import (
 )
 from orderedstream.statestore import EMPTY_VERSION, CommitCandidate, JsonCodec, StateStoreOptions
 from orderedstream.statestore.manifest import read_manifest
-from orderedstream.statestore.rocksdb import partition as partition_mod
-from orderedstream.statestore.store import StateStore
+from orderedstream.statestore.rocksdb import db as db_mod
+from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
-Factory = Callable[..., StateStore]
+Factory = Callable[..., RocksDBStateStore]
 
 
 def apply_batch(part, batch: int, n: int = 2000) -> None:  # type: ignore[no-untyped-def]
@@ -305,7 +305,7 @@ def test_exact_counts_stay_exact_on_every_write_path(make_store: Factory,
     """get->put (no second read), blind put, delete, put_many with duplicates, multi_get,
     contains and expire all keep ``num_keys`` equal to the keys stored, also once the presence
     memo is cleared (made tiny here) and after a restore elsewhere."""
-    monkeypatch.setattr(partition_mod, "_MEMO_MAX", 8)
+    monkeypatch.setattr(db_mod, "_MEMO_MAX", 8)
     store = make_store()
     with store.open(0, EMPTY_VERSION) as part:
         part.put_many([("a", 1), ("b", 2), ("a", 3)])  # a duplicate in one batch

@@ -14,10 +14,11 @@ from collections.abc import Callable
 import pytest
 
 from orderedstream.statestore import EMPTY_VERSION, BytesCodec
-from orderedstream.statestore.rocksdb import partition as partition_mod
-from orderedstream.statestore.store import StateStore
+from orderedstream.statestore.rocksdb import db as db_mod
+from orderedstream.statestore.rocksdb import writes as writes_mod
+from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
-Factory = Callable[..., StateStore]
+Factory = Callable[..., RocksDBStateStore]
 SPACES = ("default", "other")
 
 
@@ -79,8 +80,8 @@ def test_buffered_puts_read_like_a_dict_count_exactly_and_restore(
         make_store: Factory, monkeypatch: pytest.MonkeyPatch, buffer_puts: int | None,
         exact: bool, changelog: bool) -> None:
     if buffer_puts is not None:
-        monkeypatch.setattr(partition_mod, "_BUFFER_PUTS", buffer_puts)
-    monkeypatch.setattr(partition_mod, "_MEMO_MAX", 16)  # the presence memo clears often
+        monkeypatch.setattr(writes_mod, "_BUFFER_PUTS", buffer_puts)
+    monkeypatch.setattr(db_mod, "_MEMO_MAX", 16)  # the presence memo clears often
     rng = random.Random(f"{buffer_puts}-{exact}")
     model: dict[str, dict[bytes, object]] = {s: {} for s in SPACES}
     options = {"exact_key_count": exact}

@@ -21,6 +21,8 @@ Usage (driver side)::
 
 ``extra`` is arbitrary JSON kept verbatim (the ordered stage stores per-partition state
 manifests there). Records are immutable once created; ``_spark_metadata`` is derived from them.
+``CommitRecord`` and ``Epoch`` live in ``orderedstream.core.commitrecord`` (re-exported here);
+a record that cannot be read is a ``CorruptLogError``, a newer format ``UnsupportedFormatError``.
 """
 
 from __future__ import annotations
@@ -29,87 +31,17 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 
 from orderedstream.core import storage
+from orderedstream.core.commitrecord import FORMAT_VERSION, CommitRecord, Epoch
 from orderedstream.core.datafile import DataFile
-from orderedstream.core.errors import CommitConflictError, FencedError, OrderedStreamError
+from orderedstream.core.errors import CommitConflictError, CorruptLogError, FencedError
 
-FORMAT_VERSION = 1
 META_DIR = "_fenced"
 _VERSION_DIGITS = 20
-
-
-@dataclass(frozen=True)
-class Epoch:
-    """A writer epoch: ``number`` grows by one per claim; ``token`` is unique to the claim.
-
-    Picklable; pass it to executors if they need to stamp output with it.
-    """
-
-    number: int
-    writer_id: str
-    token: str
-
-    def to_json(self) -> str:
-        return json.dumps({"epoch": self.number, "writer_id": self.writer_id,
-                           "token": self.token}, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> Epoch:
-        data = json.loads(text)
-        return cls(int(data["epoch"]), str(data["writer_id"]), str(data["token"]))
-
-
-@dataclass(frozen=True)
-class CommitRecord:
-    """One immutable table version.
-
-    ``files`` are data files made visible by this version, ``removes`` are relative paths of
-    files it retires (compaction), ``schema`` is the table's Arrow schema after this version
-    (base64 IPC, see ``orderedstream.sinks.schema``), ``extra`` arbitrary JSON from the committer.
-    """
-
-    version: int
-    batch_id: int | None
-    epoch: int
-    writer_id: str
-    token: str
-    files: tuple[DataFile, ...] = ()
-    removes: tuple[str, ...] = ()
-    schema: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    created_at: float = 0.0
-
-    @property
-    def rows(self) -> int:
-        return sum(f.rows for f in self.files)
-
-    def to_json(self) -> bytes:
-        return json.dumps({
-            "format": FORMAT_VERSION, "version": self.version, "batch_id": self.batch_id,
-            "epoch": self.epoch, "writer_id": self.writer_id, "token": self.token,
-            "files": [f.to_dict() for f in self.files], "removes": list(self.removes),
-            "schema": self.schema, "extra": self.extra, "created_at": self.created_at,
-        }, sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes | str) -> CommitRecord:
-        raw = json.loads(data)
-        if raw.get("format") != FORMAT_VERSION:
-            raise OrderedStreamError(f"commit record format {raw.get('format')!r} is not "
-                                     f"supported (this version reads {FORMAT_VERSION})")
-        batch = raw.get("batch_id")
-        return cls(version=int(raw["version"]), batch_id=None if batch is None else int(batch),
-                   epoch=int(raw["epoch"]), writer_id=str(raw["writer_id"]),
-                   token=str(raw["token"]),
-                   files=tuple(DataFile.from_dict(f) for f in raw.get("files", [])),
-                   removes=tuple(str(p) for p in raw.get("removes", [])),
-                   schema=raw.get("schema"), extra=dict(raw.get("extra") or {}),
-                   created_at=float(raw.get("created_at", 0.0)))
 
 
 def _is_json(data: bytes) -> bool:
@@ -173,7 +105,7 @@ class CommitLog:
     def current_epoch(self) -> Epoch | None:
         """The latest claimed epoch, or None before any claim."""
         found = self._read_complete(self._epoch_path, versioned=True)
-        return None if found is None else Epoch.from_json(found[0])
+        return None if found is None else Epoch.from_json(found[0], self._epoch_path)
 
     def claim_epoch(self, writer_id: str, attempts: int = 50) -> Epoch:
         """Claim the next epoch by compare-and-swap; every older epoch is fenced from now on.
@@ -182,7 +114,8 @@ class CommitLog:
         """
         for _ in range(attempts):
             found = self._read_complete(self._epoch_path, versioned=True)
-            number = 1 if found is None else Epoch.from_json(found[0]).number + 1
+            number = (1 if found is None
+                      else Epoch.from_json(found[0], self._epoch_path).number + 1)
             epoch = Epoch(number, writer_id, uuid.uuid4().hex)
             body = epoch.to_json().encode()
             if (storage.create_exclusive(self.fs, self._epoch_path, body) if found is None
@@ -208,10 +141,13 @@ class CommitLog:
         cached = self._cache.get(version)
         if cached is not None:
             return cached
-        found = self._read_complete(self._record_path(version))
+        path = self._record_path(version)
+        found = self._read_complete(path)
         if found is None:
             return None
-        record = CommitRecord.from_json(found[0])
+        record = CommitRecord.from_json(found[0], path)
+        if record.version != version:
+            raise CorruptLogError(f"{path} holds the record of version {record.version}")
         self._remember(record)
         return record
 
@@ -253,19 +189,19 @@ class CommitLog:
             missing = [v for v in range(low, high) if v not in self._cache]
             if missing:  # fetch concurrently (s3fs batches these requests)
                 paths = [self._record_path(v) for v in missing]
-                for _path, data in self.fs.cat(paths, on_error="omit").items():
+                for path, data in self.fs.cat(paths, on_error="omit").items():
                     if not _is_json(data):
                         continue  # being created right now: read_version waits for it
-                    record = CommitRecord.from_json(data)
+                    record = CommitRecord.from_json(data, path)
                     fetched[record.version] = record
                     self._remember(record)
             for version in range(low, high):
-                record = fetched.get(version) or self.read_version(version)
-                if record is None:
-                    raise OrderedStreamError(
+                found = fetched.get(version) or self.read_version(version)
+                if found is None:
+                    raise CorruptLogError(
                         f"commit log {self.meta}/log has a gap: version {version} is missing "
                         "(the log was edited by hand?)")
-                yield record
+                yield found
 
     def get(self, batch_id: int) -> CommitRecord | None:
         """The commit record of streaming batch ``batch_id``, or None if it is not committed.
@@ -404,3 +340,6 @@ class CommitLog:
         raise CommitConflictError(
             f"batch {batch_id} of {self.url} was already committed by writer "
             f"{existing.writer_id!r} (epoch {existing.epoch}, version {existing.version})")
+
+
+__all__ = ["FORMAT_VERSION", "META_DIR", "CommitLog", "CommitRecord", "Epoch"]

@@ -96,3 +96,7 @@ class InvariantError(OrderedStreamError):
 
 class KafkaAuthenticationError(OrderedStreamError):
     """The Kafka cluster refused the client's login (SASL or TLS credentials)."""
+
+
+class StateKeyError(OrderedStreamError, KeyError):
+    """A key's state was read where it has none (``GroupState.get`` without ``exists``)."""

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from orderedstream.core.errors import SchemaMismatchError
+from orderedstream.core.errors import UserFunctionError
 from orderedstream.statestore.ordered import GroupState, OrderedStateful
 from orderedstream.statestore.ordered.keyed_state import encode_key
 from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit
@@ -101,7 +101,7 @@ def test_output_rows_become_batches_of_the_output_schema() -> None:
 @pytest.mark.parametrize("rows", [[(b"a", 1)], [(b"a", 1, None, 4)], [(b"a", "x", None)],
                                   [(b"a", 1, None), None]])
 def test_rows_that_do_not_fit_are_refused_with_the_schema(rows: list[Any]) -> None:
-    with pytest.raises(SchemaMismatchError, match="output_schema"):
+    with pytest.raises(UserFunctionError, match="output_schema"):
         PartitionRun._to_batch(rows, OUT)
 
 

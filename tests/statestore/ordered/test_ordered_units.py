@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from orderedstream.core.errors import OptionError, OrderViolationError, SchemaMismatchError
+from orderedstream.core.errors import OptionError, OrderViolationError, UserFunctionError
 from orderedstream.statestore.ordered import (
     EventTimeTimeout,
     GroupState,
@@ -23,7 +23,7 @@ from orderedstream.statestore.ordered.keyed_state import KeyedStateTable, decode
 from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit, advance
 from orderedstream.statestore.ordered.runner import OrderedTask
 from orderedstream.statestore.ordered.state_access import store_options
-from orderedstream.statestore.store import StateStore
+from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
 INPUT = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                    ("partition", pa.int32()), ("offset", pa.int64()),
@@ -110,7 +110,7 @@ def test_keys_round_trip_through_their_encoding() -> None:
 
 
 def test_state_table_stays_bounded_and_finds_only_expired_keys(tmp_path: Any) -> None:
-    store = StateStore(f"file://{tmp_path}/s", store_options(_options(tmp_path)))
+    store = RocksDBStateStore(f"file://{tmp_path}/s", store_options(_options(tmp_path)))
     with store.open(0, -1) as part:
         table = KeyedStateTable(part, max_cached=10)
         for i in range(1000):
@@ -159,7 +159,7 @@ def test_rows_that_do_not_fit_the_output_schema_are_named(tmp_path: Any) -> None
                            state_location=f"file://{tmp_path}/state",
                            output=f"file://{tmp_path}/out", output_schema=OUT,
                            store_options={"local_dir": str(tmp_path / "local")})
-    with pytest.raises(SchemaMismatchError, match="output_schema"):
+    with pytest.raises(UserFunctionError, match="output_schema"):
         run(proc, BatchPlan(0, 1), records("t", 0, [0]))
 
 

@@ -1,4 +1,6 @@
-"""``StateStore``: the entry point. Opens partitions at versions, publishes, applies retention.
+"""``RocksDBStateStore``: the RocksDB implementation of ``StateStoreBase``. Opens partitions at
+versions (restoring them from storage when the local copy does not hold them), publishes,
+applies retention.
 
 Picklable (location, options and index only); filesystems and RocksDB handles are created
 where it is used, so the same object works on the driver and in executor Python workers.
@@ -8,49 +10,59 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from orderedstream.core.errors import OptionError, StateNotFoundError
 from orderedstream.statestore.base import (
     EMPTY_VERSION,
     CommitCandidate,
+    RestoreMetrics,
     StateStoreBase,
     VersionIndex,
 )
+from orderedstream.statestore.codecs import codec_from_spec
 from orderedstream.statestore.index import PointerVersionIndex
 from orderedstream.statestore.manifest import Manifest, read_manifest
 from orderedstream.statestore.options import StateLocation, StateStoreOptions
 from orderedstream.statestore.restore import assemble, cache_name, fetch
 from orderedstream.statestore.retention import cleanup_partition
+from orderedstream.statestore.rocksdb.changelog import replay
+from orderedstream.statestore.rocksdb.db import open_rdict
 from orderedstream.statestore.rocksdb.localcopy import CopyState, LocalCopy
+from orderedstream.statestore.rocksdb.options import make_options
 from orderedstream.statestore.rocksdb.partition import RocksDBStatePartition
 
 _log = logging.getLogger("statestore")
 
 
-class StateStore(StateStoreBase):
-    """All partitions of one state location.
+class RocksDBStateStore(StateStoreBase):
+    """All partitions of one state location, kept in local RocksDB copies.
 
-    ``index`` decides which candidate is version N (default: ``PointerVersionIndex``, pointer
-    objects created exclusively under the location). ``last_restore`` holds the
-    ``RestoreMetrics`` of the latest ``open`` in this process.
+    ``location``: a ``StateLocation``, or its URL with the fsspec arguments in
+    ``storage_options`` (keyword only; both together are refused). ``index`` decides which
+    candidate is version N (default: ``PointerVersionIndex``, pointer objects created
+    exclusively under the location). ``last_restore`` holds the ``RestoreMetrics`` of the
+    latest ``open`` in this process.
     """
 
     def __init__(self, location: StateLocation | str, options: StateStoreOptions | None = None,
-                 *, index: VersionIndex | None = None, **storage_options: Any) -> None:
+                 *, index: VersionIndex | None = None,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
         if isinstance(location, str):
-            location = StateLocation(location, storage_options)
-        elif storage_options:
-            raise OptionError("pass storage_options inside StateLocation, not both")
+            location = StateLocation(location, storage_options=storage_options or {})
+        elif storage_options is not None:
+            raise OptionError("pass storage_options inside the StateLocation, not both")
         self.location = location
         self.options = options or StateStoreOptions()
         self.index: VersionIndex = index if index is not None else PointerVersionIndex(location)
         self._fs: Any = None
         self._root = ""
-        self.last_restore: Any = None
+        self.last_restore: RestoreMetrics | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"location": self.location, "options": self.options, "index": self.index}
@@ -83,8 +95,6 @@ class StateStore(StateStoreBase):
 
     def open(self, partition: int, version: int, *,
              writer: str | None = None) -> RocksDBStatePartition:
-        from orderedstream.statestore.base import RestoreMetrics
-
         self._check_partition(partition)
         if not isinstance(version, int) or version < EMPTY_VERSION:
             raise OptionError(f"state version {version!r}: an int >= {EMPTY_VERSION} "
@@ -139,10 +149,6 @@ class StateStore(StateStoreBase):
         assemble(manifest, cache_dir, db_dir, location_url=self.location.url)
         if not manifest.changelog:
             return
-        from orderedstream.statestore.rocksdb.changelog import replay
-        from orderedstream.statestore.rocksdb.options import make_options
-        from orderedstream.statestore.rocksdb.partition import open_rdict
-
         db = open_rdict(db_dir, self.options, read_only=False)
         families: dict[str, tuple[Any, Any]] = {}
 
@@ -176,8 +182,6 @@ class StateStore(StateStoreBase):
 
     def open_read_only(self, partition: int,
                        version: int | None = None) -> RocksDBStatePartition:
-        from orderedstream.statestore.codecs import codec_from_spec
-
         self._check_partition(partition)
         if version is None:
             version = self.latest_version(partition)
@@ -200,8 +204,6 @@ class StateStore(StateStoreBase):
                 options=self.options, db_path=db, copy=None, publish=None, codecs=codecs,
                 temp_dir=temp)
         except BaseException:
-            import shutil
-
             shutil.rmtree(temp, ignore_errors=True)
             raise
 
@@ -235,3 +237,6 @@ class StateStore(StateStoreBase):
                                    keep_last if keep_last is not None else self.options.keep_last)
         _log.info("state cleanup partition %s at %s: %s", partition, self.location.url, counts)
         return counts
+
+
+__all__ = ["RocksDBStateStore"]
