@@ -147,6 +147,9 @@ class RockStateReader(DataSourceReader):
         store = self.options.store()
         parts = ([self.options.partition] if self.options.partition is not None
                  else store.partitions())
+        if not parts:  # Spark would read one empty partition: say the location has no state
+            raise StateNotFoundError(f"no state partition was ever committed at "
+                                     f"{self.options.location.url}: check the location URL")
         splits: list[InputPartition] = []
         for p in parts:
             version = self.options.version

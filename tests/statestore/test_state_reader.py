@@ -79,6 +79,8 @@ def test_bad_options_name_what_is_wrong(rocksstate: Any, s3: Any, s3_url: str,
         rocksstate.read.format("rocksstate").load().collect()
     store = RocksDBStateStore(StateLocation(s3_url, storage_options=s3.storage_options),
                               StateStoreOptions(local_dir=str(tmp_path / "l")))
+    with pytest.raises(Exception, match=f"no state partition was ever committed at {s3_url}"):
+        _reader(rocksstate, store).collect()  # nothing committed there (yet)
     with store.open(0, EMPTY_VERSION) as part:
         part.put("k", 1)
         part.commit(0)
