@@ -55,7 +55,7 @@ def _positive(name: str, value: Any, allow_none: bool = False) -> int | None:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RetentionPolicy:
     """How many batch records' state to keep and how often to apply it automatically.
 
