@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any
 
-from orderedstream.core.errors import CommitConflictError
+from orderedstream.core.errors import InvariantError, UnsupportedStorageError
 
 _RETRYABLE_CODES = {"ConditionalRequestConflict", "OperationAborted", "SlowDown",
                     "ServiceUnavailable", "InternalError", "RequestTimeout"}
@@ -100,7 +100,7 @@ def create_exclusive(fs: Any, path: str, data: bytes, attempts: int = 5) -> bool
         finally:
             os.unlink(tmp)
     if not is_s3(fs):
-        raise CommitConflictError(
+        raise UnsupportedStorageError(
             f"{type(fs).__name__} ({path}) offers no atomic create-if-absent; the commit "
             "protocol needs S3 conditional writes or a local filesystem")
     for attempt in range(attempts):
@@ -116,7 +116,8 @@ def create_exclusive(fs: Any, path: str, data: bytes, attempts: int = 5) -> bool
                 time.sleep(0.1 * 2**attempt)
                 continue
             raise
-    raise AssertionError("unreachable")
+    raise InvariantError(f"create_exclusive({path}): {attempts} attempts ended without an "
+                         "answer (attempts must be >= 1)")
 
 
 def _same_content(fs: Any, path: str, data: bytes) -> bool:
@@ -164,7 +165,9 @@ def replace_if_unchanged(fs: Any, path: str, data: bytes, version_tag: str | Non
                 raise
         return False
     if not is_local(fs):
-        raise CommitConflictError(f"{type(fs).__name__} ({path}) offers no compare-and-swap")
+        raise UnsupportedStorageError(
+            f"{type(fs).__name__} ({path}) offers no compare-and-swap; the commit protocol "
+            "needs S3 conditional writes or a local filesystem")
     local = fs._strip_protocol(path)
     with _file_lock(local + ".lock"):
         current = read_versioned(fs, path)
