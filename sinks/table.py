@@ -1,10 +1,9 @@
 """The committed view of a fenced Parquet table: live files, schema, readers, Spark's log.
 
 A snapshot replays the commit records (``orderedstream.core.commitlog``) up to a version: files
-added by
-batches, minus files retired by compactions. Readers built from it (pyarrow dataset, pandas,
-DuckDB) see exactly the committed rows. ``_spark_metadata`` is derived from the same records,
-after them, so ``spark.read.parquet(<root>)`` agrees; it is never consulted as the truth.
+added by batches, minus files retired by compactions. Readers built from it (pyarrow dataset,
+pandas, DuckDB) see exactly the committed rows. ``_spark_metadata`` is derived from the same
+records, after them, so ``spark.read.parquet(<root>)`` agrees; it is never consulted as the truth.
 
 Driver/client-side code (holds a filesystem client).
 """

@@ -133,8 +133,7 @@ class VersionIndex(Protocol):
     """Which candidate manifest *is* version N of partition P. Pluggable.
 
     The default (``orderedstream.statestore.index.PointerVersionIndex``) keeps one pointer object
-    per
-    (partition, version), created exclusively. The ordered stage supplies an index backed by
+    per (partition, version), created exclusively. The ordered stage supplies an index backed by
     the sink's batch commit record instead, where ``publish`` may be a no-op because the driver
     publishes by writing the record. Implementations must be picklable.
     """

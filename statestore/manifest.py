@@ -3,9 +3,8 @@
 SST files are referenced by remote name (shared between versions); the few small non-SST
 files (CURRENT, MANIFEST-*, OPTIONS-*, ...) are inlined when small. In changelog mode
 (``orderedstream.statestore.rocksdb.changelog``) ``files`` is the last full checkpoint and
-``changelog`` the
-per-version write logs replayed on top of it, oldest first. The manifest also records key
-counts, the codec of each state space (so any reader can decode) and who wrote it.
+``changelog`` the per-version write logs replayed on top of it, oldest first. The manifest
+also records key counts, the codec of each state space (so any reader can decode) and who wrote it.
 """
 
 from __future__ import annotations

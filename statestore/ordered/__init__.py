@@ -7,8 +7,7 @@ timeouts, Parquet output and state versions published together in one exclusive 
 record per batch: a replayed batch is skipped, output and state never disagree. State older
 than the last ``keep_batches`` records is deleted every ``cleanup_interval_batches`` batches
 (``orderedstream.statestore.ordered.retention``); ``BatchResult.output_df()`` returns a batch's
-committed rows
-as a DataFrame for another sink (``orderedstream.statestore.ordered.output``).
+committed rows as a DataFrame for another sink (``orderedstream.statestore.ordered.output``).
 
     from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 

@@ -135,8 +135,7 @@ class BatchResult:
         commit record lists; the same rows when the batch was a skipped replay. Forward them
         to another sink inside ``foreachBatch``; that sink must dedupe by batch id, since a
         replay returns them again (see ``orderedstream.statestore.ordered.output``). ``spark``
-        defaults to
-        the active session."""
+        defaults to the active session."""
         if self.processor is None:
             raise OptionError("this BatchResult was built without its OrderedStateful; use "
                               "OrderedStateful.batch_output(batch_id) instead")
@@ -175,8 +174,7 @@ class OrderedStateful:
     ``cleanup_interval_batches``-th batch (default 10; None: never automatically) the driver
     deletes older manifests/SSTs and orphans of failed attempts (``cleanup_state``,
     ``orderedstream.statestore.ordered.retention``). ``BatchResult.output_df()`` / ``batch_output``
-    give the
-    rows a batch committed as a DataFrame, to forward to another sink.
+    give the rows a batch committed as a DataFrame, to forward to another sink.
     """
 
     def __init__(self, func: UserFunction, *, state_location: str, output: str,

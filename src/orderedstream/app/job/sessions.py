@@ -1,8 +1,8 @@
 """The job's per-session logic: rebuild each capture session's table, record by record.
 
 ``update_session`` is the user function of ``orderedstream.statestore.ordered.OrderedStateful``: it
-runs on
-the executors, once per Kafka record in offset order (and once per idle session's timeout), with
+runs on the executors, once per Kafka record in offset order (and once per idle session's
+timeout), with
 the session's state (its table and how many messages were applied). It returns rows of one
 output table, ``OUTPUT_SCHEMA``, told apart by ``kind``:
 
