@@ -69,9 +69,12 @@ def committed_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_
 
     On a replay ``_spark_metadata`` is derived first, in case the run that committed died
     before deriving it. ``owner``: the writer id the record must carry (another writer's record
-    is a CommitConflictError: another query writes this path); None accepts any writer (the
-    ordered stage names each run's writer uniquely). A later batch already committed is a
-    CommitConflictError as well: batch ids must grow.
+    is a CommitConflictError: another query writes this path); None accepts any writer. The
+    ordered stage passes None, as before: its writer ids are unique per run, so it cannot tell
+    its own earlier run's record from another query's, and a second query with another
+    checkpoint on the same output and state would have its batch N skipped. Comparing the
+    committed Kafka offset ranges with the replay's closes that (issue 15's Delta commits).
+    A later batch already committed is a CommitConflictError as well: batch ids must grow.
     """
     existing = commit_log.get(batch_id)
     if existing is not None:
@@ -107,12 +110,14 @@ def prepare_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_id
                   owner: str | None) -> CommitRecord | PreparedBatch:
     """Step 1 on the driver, before any file is written: the committed record of a replayed
     batch (skip it), else the epoch and schema to publish it with (see ``committed_batch``,
-    ``writer_epoch``, ``check_schema``)."""
+    ``check_schema``, ``writer_epoch``)."""
     existing = committed_batch(commit_log, options, batch_id, owner=owner)
     if existing is not None:
         return existing
-    current = writer_epoch(commit_log, epoch, writer_id=writer_id)
+    # The schema first (it only reads the log): a run whose batch is refused must not claim
+    # the epoch, which would fence the healthy run writing this table.
     schema = check_schema(commit_log, options, batch_schema)
+    current = writer_epoch(commit_log, epoch, writer_id=writer_id)
     return PreparedBatch(batch_id=batch_id, epoch=current, schema=schema)
 
 

@@ -217,6 +217,8 @@ class OrderedStateful:
         self._log: CommitLog | None = None
         self._retention: OrderedRetention | None = None
         self._epoch: Epoch | None = None
+        # This run's writer id (the epoch claimed under it at the first batch fences older runs).
+        self._writer_id = f"{self.options.query_name}-{uuid.uuid4().hex[:8]}"
         self.last_result: BatchResult | None = None
 
     # ---- driver-side helpers -----------------------------------------------------------
@@ -292,7 +294,7 @@ class OrderedStateful:
         # (claimed at this instance's first batch) and the output schema against the table.
         prepared = prepare_batch(
             self.log, self.sink, batch_id, self.options.output_schema, epoch=self._epoch,
-            writer_id=f"{self.options.query_name}-{uuid.uuid4().hex[:8]}", owner=None)
+            writer_id=self._writer_id, owner=None)
         if isinstance(prepared, CommitRecord):
             self.last_result = BatchResult(batch_id, True, prepared, processor=self)
             return self.last_result

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import threading
 
+import pyarrow as pa
 import pytest
 
 from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.datafile import DataFile
-from orderedstream.core.errors import CommitConflictError, FencedError
+from orderedstream.core.errors import CommitConflictError, FencedError, SchemaMismatchError
+from orderedstream.sinks.commit import PreparedBatch, prepare_batch, publish_batch
+from orderedstream.sinks.options import FencedParquetOptions
 
 
 def test_commit_get_latest_and_extra_roundtrip(target) -> None:
@@ -110,3 +113,22 @@ def test_record_cache_stays_bounded_and_records_reads_every_window(target) -> No
     assert [r.rows for r in reader.records(2, 9)] == list(range(2, 10))
     assert len(reader._cache) <= 3  # noqa: SLF001
     assert reader.get(0).files == (DataFile("f0.parquet", 10, 0, {}),)
+
+
+def test_a_run_refused_for_its_schema_does_not_fence_the_running_writer(target) -> None:
+    """prepare_batch checks the schema before it claims the epoch: a second run started with an
+    incompatible schema fails alone, and the run that owns the table keeps committing."""
+    url, opts = target("schema-epoch")
+    log = CommitLog(url, opts)
+    options = FencedParquetOptions.from_mapping({"path": url, "storage_options": opts})
+    schema = pa.schema([("id", pa.int64())])
+    first = prepare_batch(log, options, 0, schema, epoch=None, writer_id="A", owner="A")
+    assert isinstance(first, PreparedBatch)
+    publish_batch(log, options, 0, first.epoch, [], first.schema)
+    with pytest.raises(SchemaMismatchError):
+        prepare_batch(log, options, 1, pa.schema([("id", pa.string())]), epoch=None,
+                      writer_id="B", owner="B")
+    second = prepare_batch(log, options, 1, schema, epoch=first.epoch, writer_id="A",
+                           owner="A")
+    assert isinstance(second, PreparedBatch) and second.epoch == first.epoch
+    assert publish_batch(log, options, 1, second.epoch, [], second.schema).batch_id == 1

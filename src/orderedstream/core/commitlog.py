@@ -193,6 +193,9 @@ class CommitLog:
                     if not _is_json(data):
                         continue  # being created right now: read_version waits for it
                     record = CommitRecord.from_json(data, path)
+                    if path.rsplit("/", 1)[-1] != f"{record.version:0{_VERSION_DIGITS}d}.json":
+                        raise CorruptLogError(f"{path} holds the record of version "
+                                              f"{record.version}")
                     fetched[record.version] = record
                     self._remember(record)
             for version in range(low, high):
