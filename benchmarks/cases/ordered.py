@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cases.ordered_logic import (
+from benchmarks.cases._ordered_logic import (
     COLUMNS,
     OUTPUT_DDL,
     CheckOrderProcessor,

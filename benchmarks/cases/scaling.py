@@ -4,7 +4,7 @@ Three components, each measured the same way at every point:
 
 - source: ``orderedkafka`` -> ``noop``, Trigger.AvailableNow, all records of one topic;
 - ordered state: ``OrderedStateful`` with the ordered case's per-key order check
-  (``benchmarks.cases.ordered_logic.check_order``; 50 records per key), state and output on S3;
+  (``benchmarks.cases._ordered_logic.check_order``; 50 records per key), state and output on S3;
   the order violations it finds must be 0;
 - state store: one Spark task per state partition puts its share of the keys (100-byte values)
   into a fresh ``RocksDBStateStore`` partition on S3 and commits it (one full snapshot upload).
@@ -67,7 +67,7 @@ def _source(spark: Any, ctx: CaseContext, topic: str, work: Path) -> dict[str, A
 
 def _ordered(spark: Any, ctx: CaseContext, topic: str, work: Path, tag: str,
              ) -> dict[str, Any]:
-    from benchmarks.cases.ordered_logic import check_order
+    from benchmarks.cases._ordered_logic import check_order
     from orderedstream.statestore.ordered import OrderedStateful
 
     base = ctx.s3_url("bench-scaling", tag)

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.cases.statestore_sides import (
+from benchmarks.cases._statestore_sides import (
     _BATCH,
     _MULTI,
     BASELINE,
