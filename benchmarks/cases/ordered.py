@@ -90,7 +90,9 @@ def engine_main(engine: str, ctx: Any, params: dict[str, Any]) -> dict[str, Any]
     from benchmarks.cases._streaming import spark_session
     from benchmarks.common import RssSampler
 
+    # The user functions travel by value: executors (cluster workers) cannot import benchmarks.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cloudpickle.register_pickle_by_value(sys.modules["benchmarks.cases._ordered_logic"])
     work = Path(params["work"]) / engine
     work.mkdir(parents=True, exist_ok=True)
     conf = {}

@@ -116,10 +116,12 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
     """``local``: every partition point in local[2]; ``cluster``: 1 then 2 executors."""
     from pyspark import cloudpickle
 
+    import benchmarks.cases._ordered_logic as ordered_logic
     import benchmarks.cases.ordered as ordered
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     cloudpickle.register_pickle_by_value(ordered)
+    cloudpickle.register_pickle_by_value(ordered_logic)
     work = Path(params["work"]) / engine
     work.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%H%M%S")
