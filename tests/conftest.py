@@ -28,6 +28,18 @@ from tests.fixtures import (  # noqa: F401
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Every JVM the suite starts (Kafka, Spark drivers, executors, cluster daemons, the chaos
+    job) keeps java.io.tmpdir under pytest's base temp dir, not in the system temp dir."""
+    if hasattr(config, "workerinput"):
+        return
+    jvm_tmp = config._tmp_path_factory.getbasetemp() / "jvm-tmp"  # type: ignore[attr-defined]
+    jvm_tmp.mkdir(parents=True, exist_ok=True)
+    os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
+        filter(None, [os.environ.get("JAVA_TOOL_OPTIONS"), f"-Djava.io.tmpdir={jvm_tmp}"]))
+
+
 def _terminate(signum: int, _frame: object) -> None:
     # SIGTERM would skip fixture teardown and leave brokers behind: turn it into an exit.
     raise SystemExit(128 + signum)

@@ -150,7 +150,11 @@ class ChaosRun:
         log.flush()
         env = {**os.environ, **self.s3.aws_env(), "PYSPARK_PYTHON": sys.executable,
                "SPARK_LOCAL_IP": "127.0.0.1",
-               "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local")}
+               "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local"),
+               # The job's JVM is killed on purpose: its spark-<uuid> temp folders stay in the
+               # workdir instead of the system temp dir.
+               "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={self.workdir / 'jvm-tmp'}"}
+        (self.workdir / "jvm-tmp").mkdir(parents=True, exist_ok=True)
         self.job = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         log.close()
