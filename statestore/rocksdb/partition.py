@@ -64,27 +64,15 @@ class RocksDBStatePartition(Committer, Expiry):
                        space: str = DEFAULT_SPACE) -> Any:
         """``get``, remembering (in a bounded memo) whether the key holds a value, so a later
         ``put_many`` or ``delete`` of it keeps exact key counts without reading it again.
-        For callers that read many keys, then write them back in one batch. (``get``'s body
-        is repeated here rather than called: one call layer less on a hot path.)"""
+        For callers that read many keys, then write them back in one batch."""
+        value = self.get(key, default, space=space)
         s = self._spaces.get(space)
-        if s is None:
-            s = self._space(space)
-            if s is None:
-                return default
-        k = key if type(key) is bytes else encode_key(key)
-        if self._pending is not None:
-            self._flush()
-        raw = s.cf.get(k)
-        s.last_read = k
-        s.last_present = present = raw is not None
-        known = s.known
-        if known is not None:
+        if s is not None and s.known is not None and s.last_read is not None:
+            known = s.known
             if len(known) >= s.memo_max:
                 known.clear()
-            known[k] = present
-        if raw is None:
-            return default
-        return s.decode(raw if raw >= _BARE else ttl_mod.unframe(raw)[0])
+            known[s.last_read] = s.last_present
+        return value
 
     def contains(self, key: Key, *, space: str = DEFAULT_SPACE) -> bool:
         s = self._spaces.get(space) or self._space(space)
