@@ -61,6 +61,7 @@ class FencedParquetOptions:
       writing many partitions); ``metadata_compact_interval``: ``_spark_metadata`` compacts
       every N versions (1..10: Spark readers derive the interval from the files and only
       agree with intervals up to their default of 10).
+    - ``file_stats``: also collect each file's Delta statistics (set by the Delta writers).
     """
 
     path: str
@@ -73,6 +74,7 @@ class FencedParquetOptions:
     target_file_bytes: int = 128 * 1024**2
     max_open_files: int = 32
     metadata_compact_interval: int = 10
+    file_stats: bool = False
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> FencedParquetOptions:

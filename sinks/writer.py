@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.storage import is_local
+from orderedstream.sinks.filestats import FileStats
 from orderedstream.sinks.options import FencedParquetOptions
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -58,6 +59,7 @@ class _OpenFile:
     rows: int = 0
     pending: list[pa.RecordBatch] = field(default_factory=list)
     pending_rows: int = 0
+    stats: FileStats | None = None
 
 
 class ParquetFileWriter:
@@ -139,11 +141,15 @@ class ParquetFileWriter:
         writer = pq.ParquetWriter(
             handle, schema, compression=None if codec == "none" else codec,
             compression_level=self.options.compression_level)
-        return _OpenFile(partition=dict(values), rel_path=rel, handle=handle, writer=writer)
+        return _OpenFile(partition=dict(values), rel_path=rel, handle=handle, writer=writer,
+                         stats=FileStats() if self.options.file_stats else None)
 
     def _flush(self, current: _OpenFile) -> None:
         if not current.pending:
             return
+        if current.stats is not None:  # Delta output: statistics for the add action
+            for batch in current.pending:
+                current.stats.update(batch)
         table = pa.Table.from_batches(current.pending)
         current.writer.write_table(table, row_group_size=self.options.row_group_rows)
         current.rows += table.num_rows
@@ -156,7 +162,9 @@ class ParquetFileWriter:
         size = current.handle.tell()
         current.handle.close()
         return DataFile(path=current.rel_path, size=int(size), rows=current.rows,
-                        partition=current.partition)
+                        partition=current.partition,
+                        stats=None if current.stats is None else current.stats.to_delta(
+                            current.rows))
 
 
 def write_parquet_files(batches: Iterable[pa.RecordBatch], options: FencedParquetOptions,

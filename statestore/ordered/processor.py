@@ -36,7 +36,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
@@ -49,6 +49,8 @@ from orderedstream.core.errors import (
 from orderedstream.python_datasource.client_config import secrets_from_options
 from orderedstream.python_datasource.ranges import is_range_columns
 from orderedstream.sinks.commit import prepare_batch, publish_batch
+from orderedstream.sinks.deltacommit import DeltaCommitter, DeltaPrepared, frame_offsets
+from orderedstream.sinks.deltalog import DeltaBatchLog, DeltaOutput
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.table import FencedTable
 from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, decode_key
@@ -190,6 +192,7 @@ class OrderedStateful:
                  keep_batches: int | None = None,
                  cleanup_interval_batches: int | None = DEFAULT_CLEANUP_INTERVAL_BATCHES,
                  kafka_options: Mapping[str, str] | None = None,
+                 output_format: Literal["parquet", "delta"] = "parquet",
                  ) -> None:
         if not callable(func):
             raise OptionError(f"OrderedStateful(func=...) must be callable, got {func!r}")
@@ -214,7 +217,16 @@ class OrderedStateful:
             keep_batches=(state_store_options(self.options).keep_last if keep_batches is None
                           else keep_batches),
             cleanup_interval_batches=cleanup_interval_batches)
-        self._log: CommitLog | None = None
+        if output_format not in ("parquet", "delta"):
+            raise OptionError(f"OrderedStateful(output_format={output_format!r}): accepted are "
+                              "'delta' (a Delta Lake table) and 'parquet' (fenced Parquet)")
+        self.output_format = output_format
+        # Delta: one Delta commit per batch under the stable writer id (app transaction).
+        self._delta = (DeltaCommitter(replace(self.sink, file_stats=True), app_id=writer_id)
+                       if output_format == "delta" else None)
+        if self._delta is not None:
+            self.sink = self._delta.options
+        self._log: CommitLog | DeltaBatchLog | None = None
         self._retention: OrderedRetention | None = None
         self._epoch: Epoch | None = None
         # This run's writer id (the epoch claimed under it at the first batch fences older runs).
@@ -223,14 +235,19 @@ class OrderedStateful:
 
     # ---- driver-side helpers -----------------------------------------------------------
     @property
-    def log(self) -> CommitLog:
-        """The output table's commit log (also the state's version index)."""
+    def log(self) -> Any:
+        """The output table's batch log (also the state's version index): ``CommitLog``, or
+        ``DeltaBatchLog`` (the same read API over the Delta log) for Delta output."""
         if self._log is None:
-            self._log = CommitLog(self.options.output, self.options.storage_options)
+            self._log = (self._delta.log if self._delta is not None
+                         else CommitLog(self.options.output, self.options.storage_options))
         return self._log
 
-    def table(self) -> FencedTable:
-        """The committed output (pyarrow dataset, ``to_arrow()``, Spark metadata)."""
+    def table(self) -> Any:
+        """The committed output: ``FencedTable`` (pyarrow dataset, ``to_arrow()``, Spark
+        metadata), or ``DeltaOutput`` (``to_arrow()``, ``delta_table()``) for Delta."""
+        if self._delta is not None:
+            return DeltaOutput(self.options.output, self.options.storage_options)
         return FencedTable(self.options.output, log=self.log)
 
     def partition_states(self, batch_id: int | None = None) -> dict[str, PartitionBase]:
@@ -290,16 +307,22 @@ class OrderedStateful:
         Runs on the driver; the ordered stage it starts runs on the executors.
         """
         batch_id = int(batch_id)
-        # The sinks' publish path: skip a replay (repairing _spark_metadata), check the epoch
-        # (claimed at this instance's first batch) and the output schema against the table.
-        prepared = prepare_batch(
-            self.log, self.sink, batch_id, self.options.output_schema, epoch=self._epoch,
-            writer_id=self._writer_id, owner=None)
+        ranges = is_range_columns(batch_df.columns)  # orderedkafka emit=ranges: tasks read
+        planned = frame_offsets(batch_df) if self._delta is not None and ranges else None
+        if self._delta is not None:  # replay only with equal offsets; schema (sinks.deltacommit)
+            prepared: Any = self._delta.prepare(
+                batch_id, self.options.output_schema,
+                lambda: planned if planned is not None else frame_offsets(batch_df))
+        else:  # the sinks' publish path: skip a replay (repairing _spark_metadata), check the
+            # epoch (claimed at this instance's first batch) and the schema against the table.
+            prepared = prepare_batch(
+                self.log, self.sink, batch_id, self.options.output_schema, epoch=self._epoch,
+                writer_id=self._writer_id, owner=None)
         if isinstance(prepared, CommitRecord):
             self.last_result = BatchResult(batch_id, True, prepared, processor=self)
             return self.last_result
-        self._epoch = prepared.epoch
-        ranges = is_range_columns(batch_df.columns)  # orderedkafka emit=ranges: tasks read
+        if not isinstance(prepared, DeltaPrepared):
+            self._epoch = prepared.epoch
         if not ranges:
             self.options.check_input(list(batch_df.columns))
         bases = self.partition_states()  # of the latest batch, older than this one
@@ -325,10 +348,16 @@ class OrderedStateful:
                     "Feed the stage one input partition per Kafka partition (orderedkafka "
                     "without minPartitions / maxRecordsPerPartition, no repartition)")
             seen[commit.partition_id] = commit
-        record = publish_batch(  # the batch's record (files + state manifests), then Spark's log
-            self.log, self.sink, batch_id, prepared.epoch,
-            [f for c in commits for f in c.data_files()], prepared.schema,
-            extra=extra_for(advance(bases, commits), batch_id, commits))
+        files = [f for c in commits for f in c.data_files()]
+        extra = extra_for(advance(bases, commits), batch_id, commits)
+        if isinstance(prepared, DeltaPrepared):  # ONE Delta commit: files + state + offsets
+            covered = {c.partition_id: [c.first_offset, c.last_offset + 1] for c in commits
+                    if c.first_offset is not None and c.last_offset is not None}
+            record = self._delta.publish(  # type: ignore[union-attr]
+                prepared, files, offsets=planned if planned is not None else covered, extra=extra)
+        else:  # the batch's record (files + state manifests), then Spark's log
+            record = publish_batch(self.log, self.sink, batch_id, prepared.epoch, files,
+                                   prepared.schema, extra=extra)
         self.placement.committed(placed, commits)
         self.last_result = BatchResult(batch_id, False, record, tuple(commits),
                                        dict(placed.planned) if placed is not None else {},

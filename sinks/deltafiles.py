@@ -1,0 +1,83 @@
+"""Delta add actions of written files, and delta-rs storage options (driver side).
+
+Executors write Delta data files with the ordinary Parquet writer
+(``orderedstream.sinks.writer``, options with ``file_stats=True``: bounded memory, Hive
+directories, unique names, never overwrite, plus each file's Delta statistics from
+``orderedstream.sinks.filestats``). ``add_action(file)`` turns a returned ``DataFile`` into
+delta-rs's ``AddAction``; ``delta_storage_options`` maps the pack's fsspec/s3fs
+``storage_options`` to delta-rs's (object_store) options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from orderedstream.core.datafile import DataFile
+from orderedstream.sinks.writer import HIVE_NULL
+
+
+def partition_values(file: DataFile) -> dict[str, str | None]:
+    """The Delta ``partitionValues`` of a file: raw values (Hive escaping undone, null)."""
+    return {k: None if v == HIVE_NULL else urllib.parse.unquote(v)
+            for k, v in file.partition.items()}
+
+
+def add_action(file: DataFile, *, modification_ms: int | None = None) -> Any:
+    """delta-rs ``AddAction`` of a written file (its path percent-encoded, as Delta's log
+    stores paths: a Hive-escaped ``%3A`` in the object key is ``%253A`` in the log)."""
+    from deltalake.transaction import AddAction
+
+    stats = dict(file.stats or {"numRecords": file.rows})
+    return AddAction(urllib.parse.quote(file.path, safe="/="), int(file.size),
+                     partition_values(file),
+                     int(time.time() * 1000) if modification_ms is None else modification_ms,
+                     True, json.dumps(stats, sort_keys=True))
+
+
+def log_path(delta_path: str) -> str:
+    """The object key (relative to the table root) of a path as the Delta log writes it."""
+    return urllib.parse.unquote(delta_path)
+
+
+def is_s3(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in ("s3", "s3a") if "://" in url else False
+
+
+def delta_storage_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, str]:
+    """delta-rs (object_store) options for ``url`` from the pack's s3fs ``storage_options``.
+
+    s3fs ``key`` / ``secret`` / ``token`` / ``endpoint_url`` (also inside ``client_kwargs``) and
+    ``client_kwargs.region_name`` become ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+    ``AWS_SESSION_TOKEN`` / ``AWS_ENDPOINT_URL`` / ``AWS_REGION``; an ``http://`` endpoint adds
+    ``AWS_ALLOW_HTTP=true``. Commits use S3 conditional put (``aws_conditional_put=etag``:
+    ``If-None-Match: *`` on the log entry), which AWS S3, MinIO and SeaweedFS support, so no
+    lock service is needed. Keys already in delta-rs form (``AWS_*`` / ``aws_*``) pass through
+    and win. Without keys, delta-rs takes credentials from the AWS environment chain.
+    """
+    if not is_s3(url):
+        return {}
+    given = dict(storage_options or {})
+    client = dict(given.get("client_kwargs") or {})
+    endpoint = (given.get("endpoint_url") or client.get("endpoint_url")
+                or os.environ.get("AWS_ENDPOINT_URL"))
+    region = (client.get("region_name") or os.environ.get("AWS_REGION")
+              or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+    out: dict[str, str] = {"AWS_REGION": str(region), "aws_conditional_put": "etag"}
+    if endpoint:
+        out["AWS_ENDPOINT_URL"] = str(endpoint)
+        if str(endpoint).lower().startswith("http://"):
+            out["AWS_ALLOW_HTTP"] = "true"
+    for ours, theirs in (("key", "AWS_ACCESS_KEY_ID"), ("secret", "AWS_SECRET_ACCESS_KEY"),
+                         ("token", "AWS_SESSION_TOKEN")):
+        if given.get(ours):
+            out[theirs] = str(given[ours])
+    out.update({k: str(v) for k, v in given.items() if k.lower().startswith("aws_")})
+    return out
+
+
+__all__ = ["add_action", "delta_storage_options", "is_s3", "log_path", "partition_values"]

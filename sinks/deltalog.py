@@ -1,0 +1,279 @@
+"""Read a Delta table's log as the pack's batch log: ``DeltaBatchLog`` and ``open_batch_log``.
+
+The ordered stage, state retention, ``output_df`` and the replay tool read batch records
+through the ``CommitLog`` read API (``get(batch_id)``, ``latest()``, ``latest_batch_record()``,
+``latest_version()``, ``read_version(v)``, ``records(start, end)``). ``DeltaBatchLog`` offers
+the same API over ``<table>/_delta_log``: every Delta version becomes a ``CommitRecord`` whose
+``files`` are its add actions (object keys relative to the root, rows and statistics from
+the action's ``stats``, Hive-escaped partition values), ``removes`` its remove actions, and,
+for a commit this pack made, ``batch_id``, ``writer_id`` (the Delta application id), ``token``,
+``schema`` and ``extra`` (verbatim: the ordered stage's state manifests and whatever other
+keys a committer stores) from the commit's ``commitInfo["orderedstream"]``. Other commits
+(compaction, another engine's writes) are records with ``batch_id`` None.
+
+``DeltaEntry`` adds what only Delta commits carry: the Kafka offset ranges of the batch and
+the application transaction. ``open_batch_log(url)`` picks the right log by what is at
+``url``: ``_delta_log`` -> ``DeltaBatchLog``, ``_fenced`` -> ``CommitLog``.
+
+The log files are read directly (JSON lines; one GET per version, cached: versions never
+change), so finding the latest batch costs one LIST then cheap probes, like ``CommitLog``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import fsspec
+
+from orderedstream.core.commitlog import CommitLog, CommitRecord
+from orderedstream.core.datafile import DataFile
+from orderedstream.core.errors import CorruptLogError, StateNotFoundError
+from orderedstream.sinks.deltafiles import delta_storage_options, log_path
+from orderedstream.sinks.writer import escape_partition_value
+
+DELTA_LOG = "_delta_log"
+COMMIT_KEY = "orderedstream"
+FORMAT = 1
+_DIGITS = 20
+
+
+@dataclass(frozen=True)
+class DeltaEntry:
+    """One Delta version read back: the ``record`` plus Delta-only facts."""
+
+    record: CommitRecord
+    offsets: dict[str, list[int]] = field(default_factory=dict)
+    """Kafka ``topic/partition`` -> ``[first, end)`` offsets the batch covered."""
+    transactions: dict[str, int] = field(default_factory=dict)
+    """Application transactions (``appId`` -> ``version``) the commit carries."""
+    operation: str = ""
+
+
+def _file(add: Mapping[str, Any]) -> DataFile:
+    stats_text = add.get("stats")
+    stats = json.loads(stats_text) if isinstance(stats_text, str) and stats_text else None
+    rows = int((stats or {}).get("numRecords") or 0)
+    partition = {str(k): escape_partition_value(v)
+                 for k, v in (add.get("partitionValues") or {}).items()}
+    return DataFile(path=log_path(str(add["path"])), size=int(add.get("size") or 0), rows=rows,
+                    partition=partition, stats=stats)
+
+
+def parse_version(data: bytes, version: int, where: str) -> DeltaEntry:
+    """One ``_delta_log/<version>.json`` as a ``DeltaEntry`` (CorruptLogError if malformed)."""
+    info: dict[str, Any] = {}
+    files: list[DataFile] = []
+    removes: list[str] = []
+    txns: dict[str, int] = {}
+    try:
+        for line in data.decode().splitlines():
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "commitInfo" in action:
+                info = action["commitInfo"] or {}
+            elif "add" in action:
+                files.append(_file(action["add"]))
+            elif "remove" in action:
+                removes.append(log_path(str(action["remove"]["path"])))
+            elif "txn" in action:
+                txns[str(action["txn"]["appId"])] = int(action["txn"]["version"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise CorruptLogError(f"{where} is not a valid Delta log entry ({exc!r})") from None
+    ours = info.get(COMMIT_KEY)
+    ours = ours if isinstance(ours, dict) else {}
+    batch = ours.get("batch_id")
+    record = CommitRecord(
+        version=version, batch_id=None if batch is None else int(batch), epoch=0,
+        writer_id=str(ours.get("writer_id") or info.get("engineInfo") or "delta"),
+        token=str(ours.get("token") or ""), files=tuple(files), removes=tuple(removes),
+        schema=ours.get("schema"), extra=dict(ours.get("extra") or {}),
+        created_at=float(info.get("timestamp") or 0) / 1000.0)
+    offsets = {str(k): [int(v[0]), int(v[1])] for k, v in (ours.get("offsets") or {}).items()}
+    return DeltaEntry(record=record, offsets=offsets, transactions=txns,
+                      operation=str(info.get("operation") or ""))
+
+
+class DeltaBatchLog:
+    """The ``CommitLog`` read API over a Delta table's log (driver side, cached).
+
+    ``writer_id``: when set, only this application id's commits count as batch records (a
+    table written by several streams numbers each stream's batches independently).
+    """
+
+    CACHE_ENTRIES = 4096
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *,
+                 writer_id: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.storage_options = dict(storage_options or {})
+        self.writer_id = writer_id
+        self.fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        self.root = root.rstrip("/")
+        self.log_dir = f"{self.root}/{DELTA_LOG}"
+        self._cache: dict[int, DeltaEntry] = {}
+        self._hint: int | None = None
+
+    def _path(self, version: int) -> str:
+        return f"{self.log_dir}/{version:0{_DIGITS}d}.json"
+
+    def _mine(self, entry: DeltaEntry) -> DeltaEntry:
+        record = entry.record
+        if (record.batch_id is not None and self.writer_id is not None
+                and record.writer_id != self.writer_id):
+            return DeltaEntry(record=CommitRecord(
+                version=record.version, batch_id=None, epoch=0, writer_id=record.writer_id,
+                token=record.token, files=record.files, removes=record.removes,
+                schema=record.schema, extra=record.extra, created_at=record.created_at),
+                offsets=entry.offsets, transactions=entry.transactions,
+                operation=entry.operation)
+        return entry
+
+    def entry(self, version: int) -> DeltaEntry | None:
+        """Delta version ``version`` as a ``DeltaEntry``, or None when it does not exist (or
+        its log entry was cleaned up after a checkpoint)."""
+        cached = self._cache.get(version)
+        if cached is not None:
+            return cached
+        try:
+            data = self.fs.cat_file(self._path(version))
+        except FileNotFoundError:
+            return None
+        found = self._mine(parse_version(data, version, self._path(version)))
+        self._cache[version] = found
+        while len(self._cache) > self.CACHE_ENTRIES:
+            del self._cache[next(iter(self._cache))]
+        return found
+
+    def read_version(self, version: int) -> CommitRecord | None:
+        found = self.entry(version)
+        return None if found is None else found.record
+
+    def exists(self) -> bool:
+        return self.latest_version() is not None
+
+    def latest_version(self) -> int | None:
+        """Newest Delta version, or None before the table exists (one LIST, then probes)."""
+        if self._hint is None:
+            try:
+                self.fs.invalidate_cache(self.log_dir)
+                names = self.fs.ls(self.log_dir, detail=False)
+            except FileNotFoundError:
+                names = []
+            versions = [int(n.rsplit("/", 1)[-1][:-5]) for n in names
+                        if n.endswith(".json") and n.rsplit("/", 1)[-1][:-5].isdigit()]
+            if not versions:
+                return None
+            self._hint = max(versions)
+        version = self._hint
+        while self.entry(version + 1) is not None:
+            version += 1
+        self._hint = version
+        return version
+
+    def refresh(self) -> None:
+        """Forget the latest-version hint (another process may have committed)."""
+        self._hint = None
+
+    def entries(self, start: int = 0, end: int | None = None) -> Iterator[DeltaEntry]:
+        """Entries of versions ``start``..``end`` (inclusive; default: the latest); versions
+        whose log entry was cleaned up after a checkpoint are left out."""
+        last = self.latest_version() if end is None else end
+        if last is None:
+            return
+        for version in range(max(0, start), last + 1):
+            found = self.entry(version)
+            if found is not None:
+                yield found
+
+    def records(self, start: int = 0, end: int | None = None) -> Iterator[CommitRecord]:
+        for found in self.entries(start, end):
+            yield found.record
+
+    def batch_entry(self, batch_id: int) -> DeltaEntry | None:
+        """The entry of streaming batch ``batch_id`` (scans back from the newest version)."""
+        version = self.latest_version()
+        while version is not None and version >= 0:
+            found = self.entry(version)
+            if found is not None and found.record.batch_id is not None:
+                if found.record.batch_id == batch_id:
+                    return found
+                if found.record.batch_id < batch_id:
+                    return None
+            version -= 1
+        return None
+
+    def get(self, batch_id: int) -> CommitRecord | None:
+        found = self.batch_entry(batch_id)
+        return None if found is None else found.record
+
+    def latest_batch_entry(self) -> DeltaEntry | None:
+        version = self.latest_version()
+        while version is not None and version >= 0:
+            found = self.entry(version)
+            if found is not None and found.record.batch_id is not None:
+                return found
+            version -= 1
+        return None
+
+    def latest_batch_record(self) -> CommitRecord | None:
+        found = self.latest_batch_entry()
+        return None if found is None else found.record
+
+    def latest(self) -> int | None:
+        record = self.latest_batch_record()
+        return None if record is None else record.batch_id
+
+
+class DeltaOutput:
+    """The committed rows of a Delta table, read with delta-rs (``to_arrow()`` like
+    ``FencedTable``): exactly the files the log's current version adds, never an orphan."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.storage_options = dict(storage_options or {})
+
+    def delta_table(self) -> Any:
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.url,
+                          storage_options=delta_storage_options(self.url, self.storage_options))
+
+    def to_arrow(self) -> Any:
+        return self.delta_table().to_pyarrow_table()
+
+
+BatchLog = CommitLog | DeltaBatchLog
+
+
+def table_format(url: str, storage_options: Mapping[str, Any] | None = None
+                 ) -> Literal["delta", "parquet"] | None:
+    """``"delta"`` when ``url`` holds ``_delta_log``, ``"parquet"`` for a fenced table
+    (``_fenced``), None when neither exists yet."""
+    fs, root = fsspec.core.url_to_fs(url.rstrip("/"), **dict(storage_options or {}))
+    root = root.rstrip("/")
+    for name, kind in ((DELTA_LOG, "delta"), ("_fenced", "parquet")):
+        fs.invalidate_cache(f"{root}/{name}")
+        if fs.exists(f"{root}/{name}"):
+            return kind  # type: ignore[return-value]
+    return None
+
+
+def open_batch_log(url: str, storage_options: Mapping[str, Any] | None = None, *,
+                   writer_id: str | None = None) -> BatchLog:
+    """The batch log of the table at ``url``: ``DeltaBatchLog`` when it holds ``_delta_log``,
+    ``CommitLog`` when it is a fenced Parquet table; StateNotFoundError when it is neither."""
+    kind = table_format(url, storage_options)
+    if kind == "delta":
+        return DeltaBatchLog(url, storage_options, writer_id=writer_id)
+    if kind == "parquet":
+        return CommitLog(url, storage_options)
+    raise StateNotFoundError(f"{url} holds no table: neither a Delta log ({DELTA_LOG}/) nor a "
+                             "fenced Parquet log (_fenced/); check the URL and storage options")
+
+
+__all__ = ["COMMIT_KEY", "DELTA_LOG", "BatchLog", "DeltaBatchLog", "DeltaEntry", "DeltaOutput",
+           "open_batch_log", "parse_version", "table_format"]
