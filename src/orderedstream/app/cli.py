@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from orderedstream.app.job.demo import run_demo
 from orderedstream.app.job.generator import GeneratorOptions
 from orderedstream.app.job.pipeline import JobMonitor, JobOptions, start_job
+from orderedstream.app.table_cli import register as register_table_commands
 from orderedstream.core.errors import OrderedStreamError
 from orderedstream.core.jvm import bundled_jar
 from orderedstream.core.storage import s3_endpoint_options
@@ -59,8 +60,8 @@ def _demo(args: argparse.Namespace) -> int:
         finally:
             spark.stop()
     v = result.verification
-    print(f"[demo] output: {result.output} (Parquet, partitioned by kind/site/date; "
-          "read it with orderedstream.sinks.FencedTable, spark.read.parquet or DuckDB)")
+    print(f"[demo] output: {result.output} (a Delta Lake table, partitioned by kind/site/date; "
+          "read it with deltalake, Polars read_delta, DuckDB or Spark with delta-spark)")
     print(f"[demo] {result.batches} batches; {v.checked} changes checked against the topics: "
           f"lost {v.lost}, duplicated {v.duplicated}, out of order {v.out_of_order}; dead letters "
           f"{v.expected_dead_letters - v.dead_letters_missing}/{v.expected_dead_letters}; wrong "
@@ -80,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
                       state_location=args.state, checkpoint=args.checkpoint,
                       topic_pattern=args.topic_pattern, storage_options=storage,
                       max_offsets_per_trigger=args.max_offsets_per_trigger, trigger=args.trigger,
-                      idle_timeout=args.idle_timeout)
+                      idle_timeout=args.idle_timeout, output_format=args.output_format)
     if os.environ.get("PYSPARK_GATEWAY_PORT") and args.master is None:
         # Launched by spark-submit: its --master, --conf and --jars configure the session.
         spark = SparkSession.builder.appName("orderedstream-job").getOrCreate()
@@ -159,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--idle-timeout", default="10 minutes",
                      help="expire sessions idle for this long, e.g. '30 min' (default: 10 "
                           "minutes)")
+    run.add_argument("--output-format", choices=("delta", "parquet"), default="delta",
+                     help="output table format: delta (a Delta Lake table, one Delta commit per "
+                          "batch, read by Spark/DuckDB/Polars/Trino; default) or parquet (the "
+                          "fenced Parquet table)")
     run.add_argument("--progress-every", type=float, default=10.0,
                      help="seconds between progress lines (default: 10)")
     run.set_defaults(func=_run)
@@ -166,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "spark-submit --jars); exit 1 if it was not built")
     jar.set_defaults(func=_shim_jar)
     register_sink_commands(sub)  # orderedstream sink {batches,files,verify,compact,vacuum}
+    register_table_commands(sub)  # orderedstream table {history,compact,vacuum,verify}
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:

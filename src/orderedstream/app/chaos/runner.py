@@ -42,6 +42,7 @@ from orderedstream.core.commitlog import CommitLog
 from orderedstream.dev.services.kafka import KafkaBroker
 from orderedstream.dev.services.s3 import S3Server
 from orderedstream.dev.services.spark import SparkStandaloneCluster
+from orderedstream.sinks.deltalog import DeltaBatchLog
 
 FAULTS = ("kill_driver", "kill_worker", "kill_broker", "stop_s3", "s3_faults")
 CLUSTER_FAULTS = FAULTS + ("kill_spark_worker",)
@@ -125,6 +126,9 @@ class ChaosRun:
     # ---- services and the job process -------------------------------------------------------
     def _log_commits(self) -> Any:
         assert self.opts is not None
+        if self.opts.output_format == "delta":
+            return DeltaBatchLog(self.opts.output, self.s3.storage_options,
+                                 writer_id=self.opts.query_name)
         return CommitLog(self.opts.output, self.s3.storage_options)
 
     def _latest_batch(self) -> int:

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
@@ -41,6 +41,9 @@ class JobOptions:
     integrity: str = "strict"
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     query_name: str = "sessions"
+    output_format: Literal["delta", "parquet"] = "delta"
+    """``delta``: a Delta Lake table, one Delta commit per batch (any Delta reader sees exactly
+    the committed rows); ``parquet``: the fenced Parquet table (``_fenced`` log)."""
 
 
 def make_processor(opts: JobOptions) -> Any:
@@ -51,7 +54,7 @@ def make_processor(opts: JobOptions) -> Any:
         key="key", timeout=ProcessingTimeTimeout(), storage_options=dict(opts.storage_options),
         writer_id=opts.query_name, writer_options={"partitionBy": list(PARTITION_BY)},
         columns=["key", "value", "topic", "partition", "offset", "timestamp"],
-        checkpoint_location=opts.checkpoint)
+        checkpoint_location=opts.checkpoint, output_format=opts.output_format)
 
 
 def start_job(spark: Any, opts: JobOptions, once: bool = False) -> tuple[Any, Any]:
