@@ -162,7 +162,7 @@ def test_wheel_installs_one_root_and_the_registration_modules(tmp_path: Path) ->
         names = archive.namelist()
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {"orderedstream", "pyspark_orderedkafka.py", "pyspark_fencedparquet.py",
-                   "pyspark_rocksstate.py"}
+                   "pyspark_fenceddelta.py", "pyspark_rocksstate.py"}
     packaged = {n.removesuffix("/__init__.py").replace("/", ".") for n in names
                 if n.endswith("/__init__.py")}
     expected = {m for m, p in MODULES.items() if p.name == "__init__.py"}

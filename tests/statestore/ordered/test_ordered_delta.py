@@ -199,3 +199,40 @@ def test_foreach_batch_writer_writes_delta_exactly_once(spark, kafka, topic, whe
                  .trigger(availableNow=True).start())
         query.awaitTermination()
     assert _counts(f"{url}/events", opts)["delta-rs"] == 3000
+
+
+def test_fenceddelta_data_source_sink(spark, kafka, topic, s3, tmp_path) -> None:
+    import json
+
+    from orderedstream.python_datasource import OrderedKafkaDataSource
+    from orderedstream.sinks.deltasource import FencedDeltaDataSource
+
+    spark.dataSource.register(OrderedKafkaDataSource)
+    spark.dataSource.register(FencedDeltaDataSource)
+    url, opts = s3.url(unique("dsdelta")), s3.storage_options
+    name = topic(partitions=2)
+    assert kafka.produce(name, ((f"k{i}".encode(), str(i).encode()) for i in range(2000))) == 2000
+
+    def start(checkpoint: str, per_trigger: int) -> Any:
+        frame = (spark.readStream.format("orderedkafka")
+                 .option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", name)
+                 .option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", str(per_trigger)).load()
+                 .selectExpr("topic", "partition", "offset", "cast(value as string) v"))
+        return (frame.writeStream.format("fenceddelta").option("path", url)
+                .option("storageOptions", json.dumps(opts)).option("writerId", "ds")
+                .option("partitionBy", "partition")
+                .option("checkpointLocation", str(tmp_path / checkpoint))
+                .trigger(availableNow=True).start())
+
+    start("ck-a", 600).awaitTermination()
+    assert _counts(url, opts) == {"delta-rs": 2000, "polars": 2000, "duckdb": 2000}
+    log = DeltaBatchLog(url, opts, writer_id="ds")
+    assert [r.batch_id for r in log.records()] == [0, 1, 2, 3]
+    with pytest.raises(Exception, match="covers"):  # another checkpoint, same writer id
+        start("ck-b", 250).awaitTermination()
+    assert _counts(url, opts)["delta-rs"] == 2000
+    assert kafka.produce(name, ((b"k", b"x") for _ in range(10))) == 10
+    start("ck-a", 600).awaitTermination()  # the first query resumes: its next batch once
+    assert DeltaTable(url, storage_options=delta_storage_options(url, opts)
+                      ).to_pyarrow_table().num_rows == 2010

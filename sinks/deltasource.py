@@ -1,0 +1,114 @@
+"""``fenceddelta``: the streaming Python Data Source sink writing a Delta Lake table.
+
+Usage::
+
+    (df.writeStream.format("fenceddelta")
+       .option("path", "s3://lake/events").option("storageOptions", json.dumps(opts))
+       .option("writerId", "events").option("partitionBy", "day")
+       .option("checkpointLocation", ckpt).start())
+
+The name does not collide with delta-spark's ``delta``. Where each piece runs:
+
+- ``streamWriter()``: the driver, at planning and again in the fresh process of each commit:
+  checks the schema (adding new nullable columns) before any task writes a file.
+- ``write()``: executors; writes Parquet files with Delta statistics (invisible until the
+  commit) and returns them with the Kafka offset ranges of the rows written (when the frame
+  has ``topic`` / ``partition`` / ``offset`` columns).
+- ``commit(messages, batchId)``: the driver; through ``orderedstream.sinks.deltacommit`` (the
+  design is in its docstring) ONE Delta commit with the add actions and the application
+  transaction ``(writerId, batchId)``. A batch already committed with the same offsets is a
+  replay and is skipped; with other offsets it is refused (``CommitConflictError``): another
+  checkpoint writes the table under the same ``writerId``.
+
+``writerId`` (default ``"default"``) is the stream's stable name: keep it across restarts,
+give a query with a new checkpoint a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from orderedstream.core.datafile import DataFile
+from orderedstream.sinks.deltacommit import (
+    DeltaCommitter,
+    DeltaPrepared,
+    arrow_offsets,
+    merge_offsets,
+)
+from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.sinks.schema import spark_to_arrow
+from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DeltaCommitMessage(WriterCommitMessage):
+    """One write task's files and the offset ranges of its rows (picklable)."""
+
+    files: tuple[DataFile, ...]
+    offsets: tuple[tuple[str, int, int], ...]
+
+
+class FencedDeltaDataSource(DataSource):
+    """Streaming sink ``format("fenceddelta")``; options as ``fencedparquet``'s."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = replace(FencedParquetOptions.from_mapping(options), file_stats=True)
+
+    @classmethod
+    def name(cls) -> str:
+        return "fenceddelta"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> FencedDeltaStreamWriter:
+        return FencedDeltaStreamWriter(self.parsed, schema)
+
+
+class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
+    """Pickled to executors for ``write``; rebuilt on the driver for ``commit``."""
+
+    def __init__(self, options: FencedParquetOptions, schema: StructType) -> None:
+        self.options = options
+        self.arrow_schema = spark_to_arrow(schema)
+        self.table_schema = DeltaCommitter(options, app_id=options.writer_id).check_schema(
+            self.arrow_schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        seen: list[dict[str, list[int]]] = []
+
+        def tap(source: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in source:
+                found = arrow_offsets(batch)
+                if found:
+                    seen.append(found)
+                yield batch
+
+        files = write_parquet_files(tap(iterator), self.options, task_attempt_id())
+        merged = merge_offsets(seen)
+        return DeltaCommitMessage(tuple(files), tuple((k, v[0], v[1]) for k, v in
+                                                      sorted(merged.items())))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        mine = [m for m in messages if isinstance(m, DeltaCommitMessage)]
+        offsets = merge_offsets({k: [a, b] for k, a, b in m.offsets} for m in mine)
+        committer = DeltaCommitter(self.options, app_id=self.options.writer_id)
+        prepared = committer.prepare(int(batchId), self.arrow_schema, lambda: offsets)
+        if not isinstance(prepared, DeltaPrepared):
+            return  # a replay of a committed batch with the same offsets
+        committer.publish(prepared, [f for m in mine for f in m.files], offsets=offsets,
+                          extra={"entry": "datasource"})
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: nothing to undo; written files stay unreferenced until vacuum."""
+        log.warning("batch %s of %s aborted; its files are left for vacuum", batchId,
+                    self.options.path)
+
+
+__all__ = ["DeltaCommitMessage", "FencedDeltaDataSource", "FencedDeltaStreamWriter"]
