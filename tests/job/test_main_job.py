@@ -6,6 +6,7 @@ from pathlib import Path
 
 from orderedstream.app.job.demo import run_demo
 from orderedstream.app.job.generator import GeneratorOptions
+from orderedstream.sinks.deltalog import table_format
 from tests.fixtures import unique
 
 
@@ -23,6 +24,7 @@ def test_demo_job_rebuilds_sessions_exactly_once_in_order(spark, kafka, s3, tmp_
     assert (v.lost, v.duplicated, v.out_of_order, v.dead_letters_missing,
             v.wrong_final_tables) == (0, 0, 0, 0, 0), v.examples
     assert result.batches >= 2
+    assert table_format(result.output, s3.storage_options) == "delta"  # the default output
     # the late site's topic was discovered while the query ran
     assert len(result.generated.topics) == 3
     assert any(line.startswith("[demo] generating") for line in lines)
