@@ -1,4 +1,10 @@
-"""Fenced, exactly-once Parquet output on any fsspec path (S3, local, ...).
+"""Fenced, exactly-once Parquet output on any fsspec path (S3, local, ...), and Delta Lake output.
+
+Delta Lake: ``deltacommit`` (one Delta commit per batch; the design), ``deltaforeach``
+(``DeltaBatchWriter``), ``deltasource`` (``format("fenceddelta")``), ``deltalog``
+(``DeltaBatchLog``: the batch-log read API over ``_delta_log``; ``open_batch_log(url)`` opens
+the right log for a table), ``deltafiles`` (add actions, delta-rs storage options),
+``filestats`` (Delta statistics collected while writing).
 
 - ``orderedstream.core.commitlog``: the batch commit log (one exclusive record per batch; writer
   epochs).
@@ -29,5 +35,6 @@ rows; files no record lists are orphans for vacuum.
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
 from orderedstream.core.datafile import DataFile
+from orderedstream.sinks.deltalog import DeltaBatchLog, open_batch_log
 
-__all__ = ["CommitLog", "CommitRecord", "DataFile", "Epoch"]
+__all__ = ["CommitLog", "CommitRecord", "DataFile", "DeltaBatchLog", "Epoch", "open_batch_log"]

@@ -156,27 +156,37 @@ class DeltaBatchLog:
         return self.latest_version() is not None
 
     def latest_version(self) -> int | None:
-        """Newest Delta version, or None before the table exists (one LIST, then probes)."""
+        """Newest Delta version, or None before the table exists. Starts from the version
+        already known, else from ``_last_checkpoint``, else from one LIST of the log, then
+        probes the next versions (GETs; versions only grow, so a known one is a lower bound)."""
         if self._hint is None:
-            try:
-                self.fs.invalidate_cache(self.log_dir)
-                names = self.fs.ls(self.log_dir, detail=False)
-            except FileNotFoundError:
-                names = []
-            versions = [int(n.rsplit("/", 1)[-1][:-5]) for n in names
-                        if n.endswith(".json") and n.rsplit("/", 1)[-1][:-5].isdigit()]
-            if not versions:
+            self._hint = self._start_version()
+            if self._hint is None:
                 return None
-            self._hint = max(versions)
         version = self._hint
         while self.entry(version + 1) is not None:
             version += 1
         self._hint = version
-        return version
+        return version if version >= 0 else None
+
+    def _start_version(self) -> int | None:
+        try:
+            found = json.loads(self.fs.cat_file(f"{self.log_dir}/_last_checkpoint"))
+            return int(found["version"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            pass
+        try:
+            self.fs.invalidate_cache(self.log_dir)
+            names = self.fs.ls(self.log_dir, detail=False)
+        except FileNotFoundError:
+            return None
+        versions = [int(n.rsplit("/", 1)[-1][:-5]) for n in names
+                    if n.endswith(".json") and n.rsplit("/", 1)[-1][:-5].isdigit()]
+        return max(versions) if versions else -1
 
     def refresh(self) -> None:
-        """Forget the latest-version hint (another process may have committed)."""
-        self._hint = None
+        """Look for versions committed since (the next ``latest_version`` probes forward
+        from the newest version known; nothing is re-listed)."""
 
     def entries(self, start: int = 0, end: int | None = None) -> Iterator[DeltaEntry]:
         """Entries of versions ``start``..``end`` (inclusive; default: the latest); versions

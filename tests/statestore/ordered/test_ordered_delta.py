@@ -101,6 +101,9 @@ def test_ordered_stage_delta_replay_crash_and_second_checkpoint(spark, kafka, to
     bases = bases_from_extra(entry.record.extra)
     assert {b.version for b in bases.values()} == {2} and len(bases) == 2
     assert dict(restarted.read_state(name, 0))  # state version 2 reads back
+    cleaned = restarted.cleanup_state(keep_batches=1)  # retention follows the Delta log
+    assert (cleaned.latest_batch, cleaned.oldest_retained_batch) == (2, 2)
+    assert cleaned.manifests_deleted >= 2 and dict(restarted.read_state(name, 1))
     # a second checkpoint (other batch boundaries) on the same table: batch 0 is refused
     halves = [{p: (0, e // 2) for p, e in ends.items()}]
     second = _processor(url, opts, tmp_path / "second")
