@@ -138,6 +138,9 @@ class DeltaBatchLog:
         cached = self._cache.get(version)
         if cached is not None:
             return cached
+        # s3fs answers cat_file from a cached listing of the folder when it has one (fsspec
+        # filesystems are shared per process): drop it, or a new version looks missing.
+        self.fs.invalidate_cache(self.log_dir)
         try:
             data = self.fs.cat_file(self._path(version))
         except FileNotFoundError:
@@ -170,6 +173,7 @@ class DeltaBatchLog:
         return version if version >= 0 else None
 
     def _start_version(self) -> int | None:
+        self.fs.invalidate_cache(self.log_dir)
         try:
             found = json.loads(self.fs.cat_file(f"{self.log_dir}/_last_checkpoint"))
             return int(found["version"])
@@ -180,6 +184,8 @@ class DeltaBatchLog:
             names = self.fs.ls(self.log_dir, detail=False)
         except FileNotFoundError:
             return None
+        finally:
+            self.fs.invalidate_cache(self.log_dir)  # never leave a listing for others to trust
         versions = [int(n.rsplit("/", 1)[-1][:-5]) for n in names
                     if n.endswith(".json") and n.rsplit("/", 1)[-1][:-5].isdigit()]
         return max(versions) if versions else -1
@@ -265,6 +271,7 @@ def table_format(url: str, storage_options: Mapping[str, Any] | None = None
     (``_fenced``), None when neither exists yet."""
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"), **dict(storage_options or {}))
     root = root.rstrip("/")
+    fs.invalidate_cache(root)  # s3fs answers exists() from a cached listing of the parent
     for name, kind in ((DELTA_LOG, "delta"), ("_fenced", "parquet")):
         fs.invalidate_cache(f"{root}/{name}")
         if fs.exists(f"{root}/{name}"):
