@@ -150,3 +150,19 @@ def test_racing_committers_exactly_one_wins(s3_table, trial: int) -> None:
     assert table.transaction_version("q") == batch_id
     log = DeltaBatchLog(url, opts)
     assert [r.batch_id for r in log.records()] == list(range(batch_id + 1))
+
+
+def test_new_versions_are_seen_despite_cached_listings(s3_table) -> None:
+    """fsspec shares one s3fs instance per process and s3fs answers cat_file from a cached
+    listing of the folder: the batch log must still see versions committed after it."""
+    url, opts = s3_table("listing")
+    committer = DeltaCommitter(options(url, opts), app_id="w")
+    commit(committer, 0, 0, 10, {"t/0": [0, 10]})
+    log = DeltaBatchLog(url, opts, writer_id="w")
+    assert log.latest() == 0
+    log.fs.ls(log.log_dir)  # someone in this process lists the log folder (cached)
+    commit(DeltaCommitter(options(url, opts), app_id="w"), 1, 10, 10, {"t/0": [10, 20]})
+    fresh = DeltaBatchLog(url, opts, writer_id="w")
+    log.fs.ls(log.log_dir)
+    assert log.latest() == 1 and fresh.latest() == 1
+    assert committer.prepare(1, rows(0, 1).schema, lambda: {"t/0": [10, 20]}).batch_id == 1  # type: ignore[union-attr]
