@@ -27,6 +27,7 @@ give a query with a new checkpoint a new one.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -77,8 +78,14 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: FencedParquetOptions, schema: StructType) -> None:
         self.options = options
         self.arrow_schema = spark_to_arrow(schema)
-        self.table_schema = DeltaCommitter(options, app_id=options.writer_id).check_schema(
-            self.arrow_schema)
+        self._committer: DeltaCommitter | None = DeltaCommitter(options,
+                                                                app_id=options.writer_id)
+        self.table_schema = self._committer.check_schema(self.arrow_schema)
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_committer"] = None  # a driver-side delta-rs handle: never sent to executors
+        return state
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
         seen: list[dict[str, list[int]]] = []
@@ -98,10 +105,14 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         mine = [m for m in messages if isinstance(m, DeltaCommitMessage)]
         offsets = merge_offsets({k: [a, b] for k, a, b in m.offsets} for m in mine)
-        committer = DeltaCommitter(self.options, app_id=self.options.writer_id)
-        prepared = committer.prepare(int(batchId), self.arrow_schema, lambda: offsets)
-        if not isinstance(prepared, DeltaPrepared):
+        committer = self._committer or DeltaCommitter(self.options,
+                                                      app_id=self.options.writer_id)
+        if committer.committed(int(batchId), lambda: offsets) is not None:
             return  # a replay of a committed batch with the same offsets
+        # The schema was checked (and new columns added) when this writer was built, in this
+        # same commit process: no second check.
+        prepared = DeltaPrepared(batch_id=int(batchId), schema=self.table_schema,
+                                 token=uuid.uuid4().hex)
         committer.publish(prepared, [f for m in mine for f in m.files], offsets=offsets,
                           extra={"entry": "datasource"})
 

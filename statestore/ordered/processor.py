@@ -170,6 +170,11 @@ class OrderedStateful:
     ``bytes_downloaded`` count
     what each batch restored from the object store either way.
 
+    ``output_format="delta"`` writes a Delta Lake table instead of fenced Parquet: batch N is
+    ONE Delta commit with the files, every partition's state manifest and the Kafka offsets,
+    under the application transaction ``(writer_id, N)`` (``orderedstream.sinks.deltacommit``);
+    ``writer_id`` must then be the query's stable name. ``log`` reads either format.
+
     State retention follows the commit log: ``keep_batches`` (default: the store option
     ``keep_last``, 100, like Spark's ``spark.sql.streaming.minBatchesToRetain``) is how many
     of the latest batch records keep their state versions; after every
