@@ -166,3 +166,32 @@ def test_new_versions_are_seen_despite_cached_listings(s3_table) -> None:
     log.fs.ls(log.log_dir)
     assert log.latest() == 1 and fresh.latest() == 1
     assert committer.prepare(1, rows(0, 1).schema, lambda: {"t/0": [10, 20]}).batch_id == 1  # type: ignore[union-attr]
+
+
+def test_file_statistics_are_safe_bounds(tmp_path) -> None:
+    """Delta statistics collected while writing: a minimum never above, a maximum never below
+    the data (timestamps to milliseconds, long strings, NaN), null counts exact; partition
+    values come back raw (Hive escaping undone, null)."""
+    import datetime
+
+    from orderedstream.sinks.deltafiles import add_action, partition_values
+
+    stamp = pa.array([datetime.datetime(2024, 1, 1, 0, 0, 0, 1500), None,
+                      datetime.datetime(2023, 5, 1, 0, 0, 0, 999)], pa.timestamp("us", tz="UTC"))
+    batch = pa.RecordBatch.from_pydict({
+        "p": ["a:b", "a:b", None], "x": [3, None, 1], "s": ["zz", "a" * 40, "b" * 40],
+        "t": stamp, "f": [1.0, float("nan"), 2.0]})
+    opts = replace(FencedParquetOptions.from_mapping(
+        {"path": str(tmp_path / "t"), "partitionBy": "p"}), file_stats=True)
+    files = {f.partition["p"]: f for f in write_parquet_files([batch], opts, "s")}
+    colon, null = files["a%3Ab"], files["__HIVE_DEFAULT_PARTITION__"]
+    assert colon.stats == {
+        "numRecords": 2, "nullCount": {"x": 1, "s": 0, "t": 1, "f": 0},
+        "minValues": {"x": 3, "s": "a" * 32, "t": "2024-01-01T00:00:00.001Z"},
+        "maxValues": {"x": 3, "s": "zz", "t": "2024-01-01T00:00:00.002Z"}}  # f: NaN, no bounds
+    assert null.stats is not None and "s" not in null.stats["maxValues"]  # 40 chars: no max
+    assert null.stats["minValues"]["t"] == "2023-05-01T00:00:00.000Z"
+    assert null.stats["maxValues"]["t"] == "2023-05-01T00:00:00.001Z"
+    assert partition_values(colon) == {"p": "a:b"} and partition_values(null) == {"p": None}
+    action = add_action(colon)
+    assert action.path.startswith("p=a%253Ab/") and action.stats.startswith("{")
