@@ -50,7 +50,7 @@ from benchmarks.cases._ordered_logic import (
 )
 
 ENGINES = ("ordered", "ordered_records", "pandas", "tws")
-OURS = ("ordered", "ordered_records")
+OURS = ("ordered", "ordered_records", "ordered_delta")  # ordered_delta: cases/ordereddelta.py
 BASELINE_NAMES = {"pandas": "groupBy().applyInPandasWithState",
                   "tws": "groupBy().transformWithStateInPandas"}
 SPILL_CONF = "spark.shuffle.spill.numElementsForceSpillThreshold"
@@ -103,7 +103,8 @@ def engine_main(engine: str, ctx: Any, params: dict[str, Any]) -> dict[str, Any]
     def source_of(topic: str) -> Any:
         return (spark.readStream.format("orderedkafka")
                 .option("kafka.bootstrap.servers", ctx.bootstrap).option("subscribe", topic)
-                .option("emit", "ranges" if engine == "ordered" else "records")
+                .option("emit", "ranges" if engine in ("ordered", "ordered_delta")
+                        else "records")
                 .option("startingOffsets", "earliest").load())
 
     try:
@@ -144,7 +145,8 @@ def _start(engine: str, spark: Any, source: Any, work: Path) -> tuple[Any, Any]:
 
         proc = OrderedStateful(check_order, state_location=f"file://{work}/state",
                                output=f"file://{work}/out", output_schema=OUTPUT_DDL,
-                               columns=COLUMNS)
+                               columns=COLUMNS, output_format=(
+                                   "delta" if engine == "ordered_delta" else "parquet"))
         query = (source.writeStream.foreachBatch(proc.process_batch)
                  .option("checkpointLocation", str(work / "checkpoint"))
                  .trigger(availableNow=True).start())
