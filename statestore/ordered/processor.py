@@ -65,6 +65,7 @@ from orderedstream.statestore.ordered.plan import (
     partition_id,
     split_partition_id,
 )
+from orderedstream.statestore.ordered.replay_spec import replay_spec
 from orderedstream.statestore.ordered.retention import (
     DEFAULT_CLEANUP_INTERVAL_BATCHES,
     OrderedRetention,
@@ -328,7 +329,9 @@ class OrderedStateful:
         record = publish_batch(  # the batch's record (files + state manifests), then Spark's log
             self.log, self.sink, batch_id, prepared.epoch,
             [f for c in commits for f in c.data_files()], prepared.schema,
-            extra=extra_for(advance(bases, commits), batch_id, commits))
+            extra=extra_for(advance(bases, commits), batch_id, commits,
+                            processing_time_ms=plan.processing_time_ms,
+                            replay=replay_spec(self.options, self.func)))
         self.placement.committed(placed, commits)
         self.last_result = BatchResult(batch_id, False, record, tuple(commits),
                                        dict(placed.planned) if placed is not None else {},
