@@ -75,6 +75,7 @@ class StateInspector:
             return int(part.num_keys(space=STATE_SPACE))
 
     def _open(self, topic: str, partition: int, base: PartitionBase) -> Any:
+        assert base.manifest is not None  # callers check EMPTY_VERSION / no manifest first
         store = open_store(self.options, topic, {(partition, base.version): base.manifest})
         return store.open_read_only(partition, base.version)
 
