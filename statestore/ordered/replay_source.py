@@ -114,7 +114,7 @@ def check_retained(rng: BatchRange, bootstrap_servers: str,
 
     consumer = Consumer({"bootstrap.servers": bootstrap_servers,
                          "group.id": "orderedstream-replay", "enable.auto.commit": False,
-                         **dict(kafka_options or {})})
+                         **{k.removeprefix("kafka."): v for k, v in (kafka_options or {}).items()}})
     try:
         low, _high = consumer.get_watermark_offsets(
             TopicPartition(rng.topic, rng.partition), timeout=30, cached=False)

@@ -103,9 +103,16 @@ def _cli(run: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "orderedstream.app.cli", *args[:1],
                "--s3-endpoint", s3.endpoint, "--output", opts.output, "--state",
                opts.state_location, *args[1:]]
+    if args[0] == "replay":  # keep the replayed rows out of the system temp dir
+        command += ["--scratch", str(run["workdir"] / unique("scratch"))]
     env = {**os.environ, **s3.aws_env()}
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+    began = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
+    # shown with the report of a failing test (and with -s)
+    print(f"$ orderedstream {' '.join(args)}  ({time.monotonic() - began:.1f}s, exit "
+          f"{done.returncode})\n{done.stdout}")
+    return done
 
 
 def test_commit_records_what_replay_needs(job_run: dict[str, Any]) -> None:
