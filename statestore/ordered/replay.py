@@ -144,11 +144,12 @@ def _options(record: CommitRecord, section: Mapping[str, Any], *, state: str, ou
         raise OptionError(f"batch {record.batch_id} at {output} was committed before replay "
                           "information was recorded (no extra.ordered_state.replay): replay "
                           "batches committed by this version of orderedstream")
-    if record.schema is None:
+    schema = spec.get("output_schema") or record.schema  # the stage's, else the table's
+    if schema is None:
         raise OptionError(f"batch {record.batch_id} at {output} has no output schema")
     columns = spec.get("columns")
     return OrderedOptions(
-        state_location=state, output=output, output_schema=decode_schema(record.schema),
+        state_location=state, output=output, output_schema=decode_schema(schema),
         key=spec.get("key"), timeout=timeout_from_spec(spec.get("timeout")),
         columns=None if columns is None else tuple(columns),
         max_cached_keys=int(spec.get("max_cached_keys") or 10_000),

@@ -7,7 +7,7 @@ Recorded per batch (small JSON, written by ``OrderedStateful.process_batch``)::
      "params": {"snapshot_every": 100, "idle_timeout": "10 minutes"},  # dataclass fields
      "options": {"key": "key", "columns": [...], "timeout": {"kind": "processing", ...},
                  "max_cached_keys": 10000, "output_batch_rows": 8192,
-                 "partition_by": ["kind", "site", "date"]}}
+                 "output_schema": "<base64 Arrow IPC>", "partition_by": ["kind", "site", "date"]}}
 
 A function is re-creatable when it is a module-level function, or an instance of a
 module-level dataclass whose fields are JSON values (the parameters it ran with); a lambda or a
@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from orderedstream.core.errors import OptionError
+from orderedstream.sinks.schema import encode_schema
 from orderedstream.statestore.ordered.options import OrderedOptions
 from orderedstream.statestore.ordered.timeouts import (
     EventTimeTimeout,
@@ -97,6 +98,7 @@ def replay_spec(options: OrderedOptions, func: Any) -> dict[str, Any]:
         "key": options.key, "columns": None if options.columns is None else list(options.columns),
         "timeout": timeout_spec(options.timeout), "max_cached_keys": options.max_cached_keys,
         "output_batch_rows": options.output_batch_rows,
+        "output_schema": encode_schema(options.output_schema),
         "partition_by": [partition_by] if isinstance(partition_by, str) else list(partition_by)}}
 
 
