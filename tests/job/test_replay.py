@@ -164,6 +164,29 @@ def test_unchanged_function_replays_identically_for_every_batch_and_partition(
     assert checked > 0 and dead == 6 and timeouts > 0
 
 
+def test_function_runs_in_this_process(job_run: dict[str, Any], tmp_path: Path) -> None:
+    """What makes breakpoint() and debuggers work: the user function is called here."""
+    from orderedstream.app.job.sessions import SessionLogic
+
+    log, opts, topic = job_run["log"], job_run["opts"], job_run["topic"]
+    calls: list[tuple[int, Any]] = []
+    logic = SessionLogic(idle_timeout=IDLE_TIMEOUT)
+
+    def traced(key: Any, record: Any, state: Any) -> Any:
+        calls.append((os.getpid(), None if record is None else record["offset"]))
+        return logic(key, record, state)
+
+    task = _tasks(log, 0)[f"{topic}/0"]
+    result = replay(output=opts.output, state=opts.state_location, checkpoint=opts.checkpoint,
+                    topic=topic, partition=0, first=0, bootstrap_servers=opts.bootstrap,
+                    function=traced, storage_options=opts.storage_options,
+                    scratch=str(tmp_path))
+    assert result.identical
+    assert [offset for _, offset in calls] == list(range(task["first_offset"],
+                                                         task["last_offset"] + 1))
+    assert {pid for pid, _ in calls} == {os.getpid()}
+
+
 def test_cli_replay_is_identical(job_run: dict[str, Any]) -> None:
     log, opts, topic = job_run["log"], job_run["opts"], job_run["topic"]
     # the batch where partition 1 had only timeouts: the hardest to reproduce
