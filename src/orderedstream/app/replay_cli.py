@@ -165,40 +165,43 @@ def _state(args: argparse.Namespace) -> int:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", required=True,
+    parser.add_argument("--output", required=True, metavar="URL",
                         help="URL (or local path) of the job's output table, whose commit "
                              "records name each batch's offsets and state versions")
-    parser.add_argument("--state", required=True, help="URL (or local path) of the state "
-                                                       "location")
-    parser.add_argument("--s3-endpoint", help="S3 endpoint URL for s3:// URLs (default: AWS); "
-                                              "credentials from AWS_ACCESS_KEY_ID / "
-                                              "AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
+    parser.add_argument("--state", required=True, metavar="URL",
+                        help="URL (or local path) of the state location")
+    parser.add_argument("--s3-endpoint", metavar="URL",
+                        help="S3 endpoint URL for s3:// URLs (default: AWS); credentials from "
+                             "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
 
 
 def register(sub: Any) -> None:
     """Add ``replay`` and ``state`` to the ``orderedstream`` command's subparsers."""
     rp = sub.add_parser("replay", help="re-run committed batches of one Kafka partition in "
                                        "this process and compare with what they committed")
-    rp.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
+    rp.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]",
+                    help="Kafka bootstrap servers")
     _common(rp)
-    rp.add_argument("--checkpoint", required=True,
+    rp.add_argument("--checkpoint", required=True, metavar="DIR",
                     help="the query's Spark checkpoint directory (offsets/N: each batch's "
                          "planned Kafka offsets)")
-    rp.add_argument("--batch", type=int, help="batch id to replay")
-    rp.add_argument("--from", dest="first", type=int,
+    rp.add_argument("--batch", type=int, metavar="N", help="batch id to replay")
+    rp.add_argument("--from", dest="first", type=int, metavar="N",
                     help="first batch id of a range (state flows batch to batch)")
-    rp.add_argument("--to", dest="last", type=int, help="last batch id of a range, inclusive "
-                                                         "(default: --from)")
-    rp.add_argument("--partition", required=True, help="Kafka TOPIC:PARTITION to replay")
-    rp.add_argument("--function", help="MODULE:ATTR of another user function (a class is "
-                                       "built with no arguments); default: the function the "
-                                       "batch recorded, with its parameters")
-    rp.add_argument("--scratch", help="directory for the replayed output and the private "
-                                      "state copy (default: a new temp directory)")
-    rp.add_argument("--key-columns", help="comma-separated output columns that group the diff "
-                                          "(default: the function's output_key_columns, e.g. "
-                                          "session, else the state key column)")
-    rp.add_argument("--show", type=int, default=SHOW_DEFAULT,
+    rp.add_argument("--to", dest="last", type=int, metavar="M",
+                    help="last batch id of a range, inclusive (default: --from)")
+    rp.add_argument("--partition", required=True, metavar="TOPIC:P",
+                    help="Kafka topic and partition to replay, e.g. sessions-site00:0")
+    rp.add_argument("--function", metavar="MODULE:ATTR",
+                    help="another user function (a class is built with no arguments); "
+                         "default: the function the batch recorded, with its parameters")
+    rp.add_argument("--scratch", metavar="DIR",
+                    help="directory for the replayed output (Parquet per batch) and the "
+                         "private state copy (default: a new temp directory)")
+    rp.add_argument("--key-columns", metavar="COL[,COL...]",
+                    help="output columns that group the diff (default: the function's "
+                         "output_key_columns, e.g. session, else the state key column)")
+    rp.add_argument("--show", type=int, default=SHOW_DEFAULT, metavar="COUNT",
                     help=f"differences and keys listed at most (default: {SHOW_DEFAULT})")
     rp.set_defaults(func=_replay)
     st = sub.add_parser("state", help="query committed state: key count, a key's value at a "
@@ -207,16 +210,19 @@ def register(sub: Any) -> None:
                     help="keys: key count per partition; get: one key's value; history: one "
                          "key across the state versions of a batch range")
     _common(st)
-    st.add_argument("--partition", help="Kafka TOPIC:PARTITION (keys: default all partitions)")
-    st.add_argument("--key", help="the state key (the Kafka message key for the main job)")
+    st.add_argument("--partition", metavar="TOPIC:P",
+                    help="Kafka topic and partition (keys: default all partitions)")
+    st.add_argument("--key", metavar="KEY",
+                    help="the state key (the Kafka message key for the main job)")
     st.add_argument("--key-type", choices=KEY_TYPES, default="bytes",
                     help="how --key is typed: bytes (UTF-8 of the text; Kafka keys), str or "
                          "int (default: bytes)")
-    st.add_argument("--batch", type=int, help="as committed by this batch id (keys/get; "
-                                              "default: the latest committed batch)")
-    st.add_argument("--from", dest="first", type=int,
+    st.add_argument("--batch", type=int, metavar="N",
+                    help="as committed by this batch id (keys/get; default: the latest "
+                         "committed batch)")
+    st.add_argument("--from", dest="first", type=int, metavar="N",
                     help="history: first batch id (default: 20 batches before --to)")
-    st.add_argument("--to", dest="last", type=int,
+    st.add_argument("--to", dest="last", type=int, metavar="M",
                     help="history: last batch id, inclusive (default: the latest)")
     st.set_defaults(func=_state)
 
