@@ -125,18 +125,25 @@ def bases_from_extra(extra: Mapping[str, Any] | None) -> dict[str, PartitionBase
 
 
 def extra_for(bases: Mapping[str, PartitionBase], batch_id: int,
-              commits: list[PartitionCommit]) -> dict[str, Any]:
+              commits: list[PartitionCommit], *, processing_time_ms: int | None = None,
+              replay: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``extra`` of batch ``batch_id``'s commit record: the full partition map (carried
-    forward, so loading any partition's latest state reads ONE record) plus per-task stats."""
+    forward, so loading any partition's latest state reads ONE record) plus per-task stats
+    and output files. ``processing_time_ms`` (the plan's clock, which processing-time
+    timeouts compare against) and ``replay`` (how to rebuild the function and options,
+    ``orderedstream.statestore.ordered.replay_spec``) let a replay of the batch be exact."""
     return {EXTRA_KEY: {
         "format": FORMAT,
         "batch_id": batch_id,
+        "processing_time_ms": processing_time_ms,
+        "replay": dict(replay or {}),
         "partitions": {pid: base.to_dict() for pid, base in sorted(bases.items())},
         "updated": sorted(c.partition_id for c in commits),
         "tasks": {c.partition_id: {"executor": c.executor, "task_attempt": c.task_attempt,
                                    "records": c.records, "output_rows": c.output_rows,
                                    "timeouts": c.timeouts, "first_offset": c.first_offset,
-                                   "last_offset": c.last_offset, "metrics": c.metrics}
+                                   "last_offset": c.last_offset, "metrics": c.metrics,
+                                   "files": [str(f["path"]) for f in c.files]}
                   for c in commits},
     }}
 

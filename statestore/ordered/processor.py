@@ -67,6 +67,7 @@ from orderedstream.statestore.ordered.plan import (
     partition_id,
     split_partition_id,
 )
+from orderedstream.statestore.ordered.replay_spec import replay_spec
 from orderedstream.statestore.ordered.retention import (
     DEFAULT_CLEANUP_INTERVAL_BATCHES,
     OrderedRetention,
@@ -354,7 +355,9 @@ class OrderedStateful:
                     "without minPartitions / maxRecordsPerPartition, no repartition)")
             seen[commit.partition_id] = commit
         files = [f for c in commits for f in c.data_files()]
-        extra = extra_for(advance(bases, commits), batch_id, commits)
+        extra = extra_for(advance(bases, commits), batch_id, commits,
+                          processing_time_ms=plan.processing_time_ms,
+                          replay=replay_spec(self.options, self.func))
         if isinstance(prepared, DeltaPrepared):  # ONE Delta commit: files + state + offsets
             covered = {c.partition_id: [c.first_offset, c.last_offset + 1] for c in commits
                     if c.first_offset is not None and c.last_offset is not None}

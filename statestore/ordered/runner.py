@@ -109,7 +109,11 @@ class _Runs:
 
 
 class PartitionRun:
-    """Processes one Kafka partition's slices of one batch against its open state."""
+    """Processes one Kafka partition's slices of one batch against its open state.
+
+    Also the entry point of replay (``orderedstream.statestore.ordered.replay``), which runs
+    it in the driver's process on a private state copy: keep ``PartitionRun(options, func,
+    plan, pid, base, table).outputs(slices)`` and its counters working."""
 
     def __init__(self, options: OrderedOptions, func: UserFunction, plan: BatchPlan,
                  pid: str, base: PartitionBase, table: KeyedStateTable) -> None:

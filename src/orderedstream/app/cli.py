@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from orderedstream.app.job.demo import run_demo
 from orderedstream.app.job.generator import GeneratorOptions
 from orderedstream.app.job.pipeline import JobMonitor, JobOptions, start_job
+from orderedstream.app.replay_cli import register as register_replay_commands
 from orderedstream.app.table_cli import register as register_table_commands
 from orderedstream.core.errors import OrderedStreamError
 from orderedstream.core.jvm import bundled_jar
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     jar.set_defaults(func=_shim_jar)
     register_sink_commands(sub)  # orderedstream sink {batches,files,verify,compact,vacuum}
     register_table_commands(sub)  # orderedstream table {history,compact,vacuum,verify}
+    register_replay_commands(sub)  # orderedstream replay, orderedstream state
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:

@@ -19,7 +19,7 @@ import datetime
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
@@ -51,6 +51,8 @@ class SessionLogic:
 
     snapshot_every: int = 100
     idle_timeout: str = "10 minutes"
+    output_key_columns: ClassVar[tuple[str, ...]] = ("session",)
+    """Output columns naming the entity of a row: how ``orderedstream replay`` groups diffs."""
 
     def __call__(self, key: Any, record: dict[str, Any] | None, state: Any) -> Iterator[dict]:
         if record is None:  # the session's idle timeout fired

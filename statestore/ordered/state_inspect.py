@@ -1,0 +1,124 @@
+"""Query the ordered stage's committed state: key counts, one key's value at any committed
+version, one key's history across versions.
+
+Every batch's commit record names each Kafka partition's state version (its manifest), so
+"the state as of batch N" is exact and needs no running query. Each lookup opens the version
+as a private read-only copy (``RocksDBStateStore.open_read_only``: the version's files are
+fetched into a temp folder and removed after), the same path as ``format("rocksstate")`` and
+``OrderedStateful.read_state``; nothing is written to the state location.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from orderedstream.core.errors import StateNotFoundError
+from orderedstream.statestore.base import EMPTY_VERSION
+from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, encode_key
+from orderedstream.statestore.ordered.options import OrderedOptions
+from orderedstream.statestore.ordered.plan import PartitionBase, bases_from_extra, partition_id
+from orderedstream.statestore.ordered.replay import _batch_log
+from orderedstream.statestore.ordered.state_access import open_store
+
+DEFAULT_HISTORY_BATCHES = 20
+
+
+@dataclass(frozen=True)
+class KeyVersion:
+    """One key as of one committed batch: ``exists`` False when the key had no state."""
+
+    batch_id: int
+    version: int
+    exists: bool
+    value: Any = None
+    timeout_ms: int | None = None
+
+
+class StateInspector:
+    """Committed state of an ordered stage: ``output`` (its table, whose commit records name
+    the state versions) and ``state`` (the state location)."""
+
+    def __init__(self, *, output: str, state: str,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        self.output = output
+        self.storage_options = dict(storage_options or {})
+        self.log = _batch_log(output, self.storage_options)
+        self.options = OrderedOptions(
+            state_location=state, output=output, output_schema=pa.schema([("row", pa.null())]),
+            storage_options=self.storage_options,
+            store_options={"local_dir": tempfile.gettempdir()}, placement="off")
+
+    def _record(self, batch_id: int | None) -> Any:
+        record = (self.log.latest_batch_record() if batch_id is None
+                  else self.log.get(int(batch_id)))
+        if record is None:
+            raise StateNotFoundError(
+                f"no committed batch {'at all' if batch_id is None else batch_id} at "
+                f"{self.output} (latest: {self.log.latest()})")
+        return record
+
+    def partitions(self, batch_id: int | None = None) -> dict[str, PartitionBase]:
+        """Kafka partition -> its state version as of ``batch_id`` (default: latest)."""
+        return bases_from_extra(self._record(batch_id).extra)
+
+    def key_count(self, topic: str, partition: int, batch_id: int | None = None) -> int:
+        """Keys in the partition's state as of ``batch_id`` (counted in the state itself)."""
+        base = self.partitions(batch_id).get(partition_id(topic, partition))
+        if base is None or base.version == EMPTY_VERSION or base.manifest is None:
+            return 0
+        with self._open(topic, partition, base) as part:
+            return int(part.num_keys(space=STATE_SPACE))
+
+    def _open(self, topic: str, partition: int, base: PartitionBase) -> Any:
+        assert base.manifest is not None  # callers check EMPTY_VERSION / no manifest first
+        store = open_store(self.options, topic, {(partition, base.version): base.manifest})
+        return store.open_read_only(partition, base.version)
+
+    def value(self, topic: str, partition: int, key: Any,
+              batch_id: int | None = None) -> KeyVersion:
+        """``key``'s state as committed by ``batch_id`` (default: latest)."""
+        record = self._record(batch_id)
+        base = bases_from_extra(record.extra).get(partition_id(topic, partition))
+        return self._value(int(record.batch_id), topic, partition, key, base)
+
+    def _value(self, batch_id: int, topic: str, partition: int, key: Any,
+               base: PartitionBase | None) -> KeyVersion:
+        if base is None or base.version == EMPTY_VERSION or base.manifest is None:
+            return KeyVersion(batch_id, EMPTY_VERSION, False)
+        with self._open(topic, partition, base) as part:
+            found = part.get(encode_key(key), None, space=STATE_SPACE)
+        if found is None:
+            return KeyVersion(batch_id, base.version, False)
+        value, timeout = found
+        return KeyVersion(batch_id, base.version, True, value, timeout)
+
+    def history(self, topic: str, partition: int, key: Any, *, first: int | None = None,
+                last: int | None = None) -> Iterator[KeyVersion]:
+        """``key`` at every state version of the partition committed by batches
+        ``first..last`` (default: the last ``DEFAULT_HISTORY_BATCHES`` batches), oldest
+        first; batches that did not change the partition are skipped."""
+        newest = self.log.latest()
+        if newest is None:
+            return
+        last = newest if last is None else min(int(last), newest)
+        first = max(0, last - DEFAULT_HISTORY_BATCHES + 1) if first is None else int(first)
+        pid = partition_id(topic, partition)
+        seen: int | None = None
+        for batch_id in range(first, last + 1):
+            record = self.log.get(batch_id)
+            if record is None:
+                continue
+            base = bases_from_extra(record.extra).get(pid)
+            version = EMPTY_VERSION if base is None else base.version
+            if version == seen:
+                continue
+            seen = version
+            yield self._value(batch_id, topic, partition, key, base)
+
+
+__all__ = ["DEFAULT_HISTORY_BATCHES", "KeyVersion", "StateInspector"]
