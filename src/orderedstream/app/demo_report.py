@@ -95,7 +95,8 @@ def commands(workdir: Path, state_url: str, storage_options: dict[str, Any]) -> 
     duck = f"import duckdb; {load}; print(duckdb.sql({sql}))"
     pol = f'{polars}; print(df.group_by("kind").len().sort("kind"))'
     spk = ("from pyspark.sql import SparkSession; "
-           'spark = SparkSession.builder.master("local[1]").config("spark.ui.showConsoleProgress", "false").getOrCreate(); '
+           'spark = SparkSession.builder.master("local[1]")'
+           '.config("spark.ui.showConsoleProgress", "false").getOrCreate(); '
            f'{spark}; df.groupBy("kind").count().orderBy("kind").show()')
     kind = "Delta" if fmt == "delta" else "fenced Parquet"
     return [

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orderedstream.core.errors import KafkaUnavailableError, LocationError, OptionError
+from orderedstream.core.storage import is_local
 from orderedstream.core.units import parse_duration_ms
 
 _PROBE = "_orderedstream_probe"
@@ -34,17 +35,21 @@ def check_location(url: str, what: str, storage_options: Mapping[str, Any] | Non
                             f"{exc}. Give a local path or an fsspec URL (s3://bucket/prefix) "
                             "the job can write") from exc
     probe = f"{root.rstrip('/')}/{_PROBE}-{uuid.uuid4().hex[:12]}"
+    local = is_local(fs)
     try:
+        if local:
+            fs.makedirs(root, exist_ok=True)
         fs.pipe_file(probe, b"orderedstream location check")
         if fs.cat_file(probe) != b"orderedstream location check":
             raise OSError("the probe object read back differs from what was written")
         fs.rm_file(probe)
     except Exception as exc:  # noqa: BLE001 - reported with the URL
-        raise LocationError(
-            f"{what} location {url!r} is not writable: {type(exc).__name__}: "
-            f"{_short(exc)}. Check that the bucket exists, the credentials (AWS_ACCESS_KEY_ID "
-            "/ AWS_PROFILE) may write under it, and --s3-endpoint points at the right "
-            "server") from exc
+        hint = ("Check that the folder can be created and written by this user" if local
+                else "Check that the bucket exists, the credentials (AWS_ACCESS_KEY_ID / "
+                     "AWS_PROFILE) may write under it, and --s3-endpoint points at the right "
+                     "server")
+        raise LocationError(f"{what} location {url!r} is not writable ({type(exc).__name__}: "
+                            f"{_short(exc)}). {hint}") from exc
 
 
 def _short(exc: BaseException) -> str:
