@@ -178,7 +178,7 @@ class JobMonitor:
             self._lag_at = now
             try:
                 self._lag = lag_per_topic(self.query, self.opts.bootstrap,
-                                          self.opts.topic_pattern)
+                                          self.opts.topic_pattern, self.opts.checkpoint)
             except Exception as exc:  # noqa: BLE001 - progress must not kill the job
                 _log.debug("lag failed: %s", exc)
                 self._lag = None

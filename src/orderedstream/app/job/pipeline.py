@@ -122,9 +122,30 @@ def committed_offsets(query: Any) -> dict[str, dict[int, int]]:
     return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offsets.items()}
 
 
-def lag_per_topic(query: Any, bootstrap: str, pattern: str) -> dict[str, int]:
-    """Topic -> records in Kafka that the query's committed batches have not covered yet."""
+def checkpoint_offsets(checkpoint: str) -> dict[str, dict[int, int]]:
+    """Topic -> partition -> next offset as of the last batch committed in a local Spark
+    checkpoint ({} when there is none): the lag of a restarted query before its first
+    progress report."""
+    import json
+    from pathlib import Path
+
+    root = Path(checkpoint.removeprefix("file://"))
+    try:
+        ids = [int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()]
+        lines = (root / "offsets" / str(max(ids))).read_text().splitlines()
+        offsets = json.loads(lines[2]).get("offsets", {})
+    except (OSError, ValueError, IndexError, AttributeError):
+        return {}
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offsets.items()}
+
+
+def lag_per_topic(query: Any, bootstrap: str, pattern: str,
+                  checkpoint: str | None = None) -> dict[str, int]:
+    """Topic -> records in Kafka that the query's committed batches have not covered yet
+    (before the query's first progress: as of ``checkpoint``'s last commit, if given)."""
     done = committed_offsets(query)
+    if not done and checkpoint and "://" not in checkpoint.removeprefix("file://"):
+        done = checkpoint_offsets(checkpoint)
     return {topic: sum(max(0, high - done.get(topic, {}).get(partition, 0))
                        for partition, high in parts.items())
             for topic, parts in kafka_end_offsets(bootstrap, pattern).items()}
