@@ -160,15 +160,18 @@ class JobMonitor:
             status = self.query.status or {}
         except Exception:  # noqa: BLE001 - the query may be stopping
             status = {}
-        message = str(status.get("message") or "")
-        if figures.batches == 0:
-            if not self.query.lastProgress and not status.get("isDataAvailable"):
-                if message.lower().startswith("initializing"):
-                    return "first plan: starting the Kafka source's Python workers"
-                return f"first plan: {message or 'starting'}"
-            return "first batch: running the ordered stage"
-        return "running" if message.lower().startswith(("waiting", "processing", "getting")) \
-            else message or "running"
+        message = str(status.get("message") or "").lower()
+        if figures.batches:
+            return "running"
+        if message.startswith("initializing"):
+            return "first plan: starting the Kafka source's Python workers"
+        if message.startswith(("getting offsets", "writing offsets")):
+            return "first batch: planning its Kafka offset ranges"
+        if message.startswith("processing"):
+            return "first batch: running the ordered stage (Python workers start)"
+        if message.startswith("waiting for data"):
+            return "waiting for data in Kafka"
+        return f"first plan: {message or 'starting'}"
 
     def view_now(self) -> dict[str, Any]:
         from orderedstream.app.job.pipeline import lag_per_topic
