@@ -3,6 +3,7 @@
 - ``demo``: the main job on embedded services (local Kafka, S3 and Spark), then verified;
   its data stays in a work folder (``orderedstream services`` serves it again later);
 - ``run``: the main job against given Kafka and storage, until stopped;
+- ``services``: restart the demo's embedded Kafka and S3 on its work folder's data;
 - ``sink ...``: inspect and maintain a fenced Parquet table (``orderedstream.sinks.cli``);
 - ``shim-jar``: the bundled JVM shim's path, for ``spark-submit --jars``.
 
@@ -60,7 +61,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="orderedstream", description=__doc__)
+    parser = _Parser(prog="orderedstream", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     register_demo_commands(sub)  # orderedstream demo, orderedstream services
     run = sub.add_parser(
