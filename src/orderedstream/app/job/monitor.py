@@ -10,7 +10,6 @@ ordered stage and Kafka's end offsets, and names the start-up phases as they hap
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import threading
 import time
@@ -200,7 +199,3 @@ class JobMonitor:
             except Exception as exc:  # noqa: BLE001
                 _log.debug("progress failed: %s", exc)
 
-
-def describe_status(text: str) -> str:
-    """Spark's status message without query ids (for a phase line)."""
-    return re.sub(r"\[id = [^\]]+\]", "", text).strip()
