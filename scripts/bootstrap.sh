@@ -27,21 +27,40 @@ stamp="$venv/.orderedstream-installed"
 want=$( { cat pyproject.toml constraints.txt;
           find src python_datasource statestore sinks -type f \( -name '*.py' -o -name py.typed \
                -o -path '*/resources/*' \) | LC_ALL=C sort; } | sha256sum | cut -c1-16)
+# pip's and setuptools' own output (the editable-install banner included) goes to a log file,
+# shown only when a step fails.
+pip_log="$venv/bootstrap-pip.log"
+quietly() {  # quietly LOG COMMAND...: run, output to LOG; on failure show its tail
+  local log=$1; shift
+  if ! "$@" >"$log" 2>&1; then
+    echo "bootstrap: FAILED: $* (last lines of $log):" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+}
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "bootstrap: installing Python packages (pinned by constraints.txt)"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench,dev]" \
+  started=$SECONDS
+  echo "bootstrap: installing Python packages pinned by constraints.txt into $venv" \
+       "(a few minutes the first time; log: $pip_log)"
+  quietly "$pip_log" "$venv/bin/python" -m pip install -q --upgrade pip
+  quietly "$pip_log" "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench,dev]" \
     --config-settings editable_mode=strict
   echo "$want" > "$stamp"
+  echo "bootstrap: Python packages installed in $((SECONDS - started))s"
 fi
 
 # Kafka's broker jars (cached in ~/.cache/orderedstream; a marker makes this free next time).
+if ! "$venv/bin/python" -c "import sys; from orderedstream.dev.services.jars import cache_root, \
+KAFKA_VERSION as v; sys.exit(0 if (cache_root() / f'kafka-{v}' / '.complete').exists() else 1)" \
+    2>/dev/null; then
+  echo "bootstrap: downloading Kafka's broker jars from Maven Central (once, ~100 MB)"
+fi
 "$venv/bin/python" -c "from orderedstream.dev.services.jars import kafka_broker_classpath as k; k()"
 
 # The JVM shim: rebuilt only when its sources changed.
 # Without the jar the pack still works (state restores from snapshots more often), so a failed
 # build is reported, not fatal; the shim's own tests fail loudly in that case.
 if [ -f jvm-shim/pom.xml ]; then
-  "$venv/bin/python" -m orderedstream.dev.shim build --quiet \
+  "$venv/bin/python" -m orderedstream.dev.shim build --quiet --announce \
     || echo "bootstrap: WARNING: the JVM shim did not build; running without executor-sticky placement" >&2
 fi

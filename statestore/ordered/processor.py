@@ -45,6 +45,7 @@ from orderedstream.core.errors import (
     OptionError,
     OrderViolationError,
     StateNotFoundError,
+    reason_first,
 )
 from orderedstream.python_datasource.client_config import secrets_from_options
 from orderedstream.python_datasource.ranges import is_range_columns
@@ -340,10 +341,16 @@ class OrderedStateful:
         if self.options.columns is not None and not ranges:
             frame = batch_df.select(*self.options.required_columns())
         frame, placed = self.placement.prefer(frame, batch_id)
-        rows = frame.mapInArrow(task, _commit_ddl()).collect()
-        commits = [PartitionCommit.from_json(row["commit"]) for row in rows]
-        commits += self._run_due_timeouts(batch_df.sparkSession, task, bases,
-                                          {c.partition_id for c in commits}, plan)
+        try:
+            rows = frame.mapInArrow(task, _commit_ddl()).collect()
+            commits = [PartitionCommit.from_json(row["commit"]) for row in rows]
+            commits += self._run_due_timeouts(batch_df.sparkSession, task, bases,
+                                              {c.partition_id for c in commits}, plan)
+        except Exception as exc:  # the pack's reason first, Spark's trace as its cause
+            first = reason_first(exc, f"in batch {batch_id}'s ordered stage")
+            if first is exc:
+                raise
+            raise first from exc
         seen: dict[str, PartitionCommit] = {}
         for commit in commits:
             if commit.partition_id in seen:

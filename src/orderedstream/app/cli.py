@@ -1,7 +1,9 @@
 """``orderedstream``: the pack's command line.
 
 - ``demo``: the main job on embedded services (local Kafka, S3 and Spark), then verified;
+  its data stays in a work folder (``orderedstream services`` serves it again later);
 - ``run``: the main job against given Kafka and storage, until stopped;
+- ``services``: restart the demo's embedded Kafka and S3 on its work folder's data;
 - ``sink ...``: inspect and maintain a fenced Parquet table (``orderedstream.sinks.cli``);
 - ``shim-jar``: the bundled JVM shim's path, for ``spark-submit --jars``.
 
@@ -13,64 +15,20 @@ where every user of the machine can read them in the process list.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka.admin import AdminClient, NewTopic
-from pyspark.sql import SparkSession
-
-from orderedstream.app.job.demo import run_demo
-from orderedstream.app.job.generator import GeneratorOptions
-from orderedstream.app.job.pipeline import JobMonitor, JobOptions, start_job
+from orderedstream.app.console import error_first
+from orderedstream.app.demo_cli import register as register_demo_commands
+from orderedstream.app.job.pipeline import JobOptions
 from orderedstream.app.replay_cli import register as register_replay_commands
+from orderedstream.app.run_cli import run_job
 from orderedstream.app.table_cli import register as register_table_commands
-from orderedstream.core.errors import OrderedStreamError
+from orderedstream.core.errors import OrderedStreamError, error_summary
 from orderedstream.core.jvm import bundled_jar
 from orderedstream.core.storage import s3_endpoint_options
-from orderedstream.dev.services.embedded import embedded_services
-from orderedstream.dev.services.spark import local_spark_session
 from orderedstream.sinks.cli import register as register_sink_commands
-
-
-def _demo(args: argparse.Namespace) -> int:
-    began = time.monotonic()
-    with embedded_services(args.bootstrap_servers, args.s3_endpoint, args.workdir,
-                           bucket=args.bucket) as endpoints:
-        for line in endpoints.started:
-            print(f"[demo] started {line}")
-        spark = local_spark_session("orderedstream-demo", master=args.master,
-                                    tmp_dir=endpoints.workdir / "spark")
-        spark.sparkContext.setLogLevel("WARN")
-        print(f"[demo] Spark {spark.version} on {args.master}")
-        gen = GeneratorOptions(prefix=args.prefix, sites=args.sites, late_sites=1,
-                               partitions=args.partitions, sessions_per_site=args.sessions,
-                               rows=args.rows, updates=args.updates, seed=args.seed)
-
-        def create_topic(name: str, partitions: int) -> None:
-            admin = AdminClient({"bootstrap.servers": endpoints.bootstrap})
-            admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-
-        try:
-            result = run_demo(spark, endpoints.bootstrap, endpoints.storage_options,
-                              f"s3://{args.bucket}/{args.prefix}", endpoints.workdir, gen,
-                              create_topic, max_offsets_per_trigger=args.max_offsets_per_trigger)
-        finally:
-            spark.stop()
-    v = result.verification
-    print(f"[demo] output: {result.output} (a Delta Lake table, partitioned by kind/site/date; "
-          "read it with deltalake, Polars read_delta, DuckDB or Spark with delta-spark)")
-    print(f"[demo] {result.batches} batches; {v.checked} changes checked against the topics: "
-          f"lost {v.lost}, duplicated {v.duplicated}, out of order {v.out_of_order}; dead letters "
-          f"{v.expected_dead_letters - v.dead_letters_missing}/{v.expected_dead_letters}; wrong "
-          f"final tables {v.wrong_final_tables}")
-    for example in v.examples:
-        print(f"[demo]   {example}")
-    print(f"[demo] {'VERIFIED' if v.ok else 'FAILED'} in {time.monotonic() - began:.0f}s")
-    return 0 if v.ok else 1
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -83,32 +41,8 @@ def _run(args: argparse.Namespace) -> int:
                       topic_pattern=args.topic_pattern, storage_options=storage,
                       max_offsets_per_trigger=args.max_offsets_per_trigger, trigger=args.trigger,
                       idle_timeout=args.idle_timeout, output_format=args.output_format)
-    if os.environ.get("PYSPARK_GATEWAY_PORT") and args.master is None:
-        # Launched by spark-submit: its --master, --conf and --jars configure the session.
-        spark = SparkSession.builder.appName("orderedstream-job").getOrCreate()
-    else:
-        spark = local_spark_session("orderedstream-job", master=args.master or "local[2,4]")
-    spark.sparkContext.setLogLevel("WARN")
-    query, processor = start_job(spark, opts, once=args.available_now)
-    stopping = {"signal": None}
-
-    def stop(signum: int, _frame: object) -> None:
-        stopping["signal"] = signum
-        print(f"[job] signal {signum}: stopping after the running batch", flush=True)
-        query.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    with JobMonitor(query, processor, opts, out=lambda line: print(line, flush=True),
-                    every=args.progress_every):
-        while query.isActive:
-            query.awaitTermination(1)
-    error = query.exception()
-    result = processor.last_result
-    print(f"[job] stopped: {0 if result is None else result.batch_id + 1} batches committed"
-          f"{'' if error is None else f'; failed: {error}'}", flush=True)
-    spark.stop()
-    return 1 if error is not None else 0
+    # Checks (Kafka, locations), progress, restarts, errors reason first: app/run_cli.py.
+    return run_job(args, opts)
 
 
 def _shim_jar(_args: argparse.Namespace) -> int:
@@ -121,52 +55,72 @@ def _shim_jar(_args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors print the reason first, the usage after it."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message}\n\n{self.format_usage()}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="orderedstream", description=__doc__)
+    parser = _Parser(prog="orderedstream", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the pipeline on embedded (or given) services")
-    demo.add_argument("--bootstrap-servers", help="external Kafka; default: start a local broker")
-    demo.add_argument("--s3-endpoint", help="external S3 endpoint; default: start SeaweedFS")
-    demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    demo.add_argument("--workdir", type=Path, help="where local services keep data and logs")
-    demo.add_argument("--bucket", default="lake", help="S3 bucket for output and state")
-    demo.add_argument("--prefix", default="sessions", help="topic prefix (<prefix>-<site>)")
-    demo.add_argument("--sites", type=int, default=3, help="sites (topics) at the start")
-    demo.add_argument("--partitions", type=int, default=3, help="partitions per topic")
-    demo.add_argument("--sessions", type=int, default=30, help="sessions per site")
-    demo.add_argument("--rows", type=int, default=20, help="rows in each session's snapshot")
-    demo.add_argument("--updates", type=int, default=60, help="row changes per session")
-    demo.add_argument("--seed", type=int, default=7, help="generator seed")
-    demo.add_argument("--max-offsets-per-trigger", type=int, default=1500,
-                      help="records per micro-batch at most")
-    demo.set_defaults(func=_demo)
-    run = sub.add_parser("run", help="run the main job against given Kafka and storage")
-    run.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
-    run.add_argument("--output", required=True, help="fsspec URL of the output table")
-    run.add_argument("--state", required=True, help="fsspec URL of the state location")
-    run.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
-    run.add_argument("--topic-pattern", default="sessions-.*", help="subscribePattern regex")
+    register_demo_commands(sub)  # orderedstream demo, orderedstream services
+    run = sub.add_parser(
+        "run", help="run the main job against given Kafka and storage until stopped",
+        description="Run the main job: orderedkafka -> ordered per-session state -> output "
+                    "table. Kafka and every location are checked before Spark starts; "
+                    "SIGINT/SIGTERM stop it after the running batch.")
+    run.add_argument("--bootstrap-servers", required=True,
+                     help="Kafka bootstrap servers, host:port[,host:port...] (required)")
+    run.add_argument("--output", required=True,
+                     help="output table: local path or fsspec URL, e.g. s3://bucket/tables/x "
+                          "(required)")
+    run.add_argument("--state", required=True,
+                     help="state location: local path or fsspec URL (required)")
+    run.add_argument("--checkpoint", required=True,
+                     help="Spark checkpoint directory: local path or a URL Spark can write "
+                          "(required)")
+    run.add_argument("--topic-pattern", default="sessions-.*",
+                     help="regex of the topics to read (subscribePattern; default: "
+                          "'sessions-.*')")
     run.add_argument("--s3-endpoint",
                      help="S3 endpoint URL for s3:// URLs (default: AWS). Credentials come from "
                           "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
     run.add_argument("--master", default=None,
-                     help="Spark master (default: spark-submit's, else local[2,4])")
+                     help="Spark master URL (default: spark-submit's, else local[2,4])")
     run.add_argument("--trigger", default="2 seconds",
-                     help="processing-time trigger interval (default: 2 seconds)")
+                     help="processing-time trigger interval, a duration such as '2 seconds' or "
+                          "'500ms' (default: 2 seconds)")
     run.add_argument("--available-now", action="store_true",
-                     help="process what is in Kafka now, then stop (Trigger.AvailableNow)")
-    run.add_argument("--max-offsets-per-trigger", type=int, default=100_000,
+                     help="process what is in Kafka now, then stop (Trigger.AvailableNow; "
+                          "default: run until stopped)")
+    run.add_argument("--max-offsets-per-trigger", type=_limit, default=100_000,
                      help="Kafka records per micro-batch at most, over all partitions "
-                          "(default: 100000; 0: no limit)")
+                          "(records, > 0; default: 100000; 'none': no limit)")
     run.add_argument("--idle-timeout", default="10 minutes",
-                     help="expire sessions idle for this long, e.g. '30 min' (default: 10 "
-                          "minutes)")
+                     help="expire sessions idle for this long, a duration such as '30 min' "
+                          "(default: 10 minutes)")
     run.add_argument("--output-format", choices=("delta", "parquet"), default="delta",
                      help="output table format: delta (a Delta Lake table, one Delta commit per "
                           "batch, read by Spark/DuckDB/Polars/Trino; default) or parquet (the "
                           "fenced Parquet table)")
     run.add_argument("--progress-every", type=float, default=10.0,
-                     help="seconds between progress lines (default: 10)")
+                     help="seconds between progress lines when the output is not a terminal "
+                          "(seconds; default: 10)")
+    run.add_argument("--metrics-file", type=Path, default=None,
+                     help="write the job's figures in Prometheus text format to this file, "
+                          "replaced atomically after every batch (default: none)")
+    run.add_argument("--max-restarts", type=int, default=3,
+                     help="restart the query from its checkpoint after this many transient "
+                          "failures at most; the pack's own errors never restart (default: 3)")
+    run.add_argument("--log-file", type=Path, default=None,
+                     help="where Spark, py4j and Kafka client logs go (default: "
+                          "./orderedstream-logs/orderedstream-<pid>.log)")
+    run.add_argument("--verbose", action="store_true",
+                     help="show Spark, py4j and Kafka client logs on the console (default: "
+                          "in the log file)")
     run.set_defaults(func=_run)
     jar = sub.add_parser("shim-jar", help="print the bundled JVM shim jar's path (for "
                                           "spark-submit --jars); exit 1 if it was not built")
@@ -175,12 +129,32 @@ def main(argv: list[str] | None = None) -> int:
     register_table_commands(sub)  # orderedstream table {history,compact,vacuum,verify}
     register_replay_commands(sub)  # orderedstream replay, orderedstream state
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         return int(args.func(args))
     except OrderedStreamError as exc:
-        parser.exit(2, f"orderedstream: {type(exc).__name__}: {exc}\n")
+        sys.stdout.flush()
+        sys.stderr.write(error_first(exc))
+        return 2
+    except Exception as exc:  # noqa: BLE001 - Spark's wrappers: the pack's reason first
+        if error_summary(exc) is None:
+            raise
+        sys.stdout.flush()
+        sys.stderr.write(error_first(exc))
+        return 1
 
+
+def _limit(text: str) -> int | None:
+    """``--max-offsets-per-trigger``: a positive number of records, or 'none'."""
+    if text.strip().lower() in ("none", "unlimited"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of records") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be > 0 records (got {value}); use 'none' for no limit")
+    return value
 
 if __name__ == "__main__":
     sys.exit(main())

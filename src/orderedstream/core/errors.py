@@ -5,6 +5,8 @@ Messages name what was involved (topic, partition, offset, path, option) and wha
 
 from __future__ import annotations
 
+import re
+
 
 class OrderedStreamError(Exception):
     """Root of every error this pack raises on purpose."""
@@ -100,3 +102,83 @@ class KafkaAuthenticationError(OrderedStreamError):
 
 class StateKeyError(OrderedStreamError, KeyError):
     """A key's state was read where it has none (``GroupState.get`` without ``exists``)."""
+
+
+def _pack_error_classes() -> dict[str, type[OrderedStreamError]]:
+    return {name: obj for name, obj in globals().items()
+            if isinstance(obj, type) and issubclass(obj, OrderedStreamError)}
+
+
+def _error_line_pattern() -> re.Pattern[str]:
+    names = sorted(_pack_error_classes(), key=len, reverse=True)
+    return re.compile(r"(?:orderedstream\.core\.errors\.)?\b(" + "|".join(names) + r"): (.+)")
+
+
+def _exception_texts(exc: BaseException) -> list[str]:
+    texts, seen = [], set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        texts.append(str(current))
+        for attr in ("desc", "stackTrace"):  # pyspark's CapturedException
+            value = getattr(current, attr, None)
+            if isinstance(value, str):
+                texts.append(value)
+        current = current.__cause__ or current.__context__
+    return texts
+
+
+def pack_error_in(exc: BaseException) -> OrderedStreamError | None:
+    """The pack's error inside ``exc``, however Spark wrapped it (``[STREAM_FAILED]``,
+    ``[FOREACH_BATCH_USER_FUNCTION_ERROR]``, a Python worker's trace in a ``PythonException``):
+    the exception object when it is in the chain, else one rebuilt from the innermost
+    ``ErrorClass: message`` line of the traces (where it was raised). None when there is none."""
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OrderedStreamError):
+            return current
+        current = current.__cause__ or current.__context__
+    found = None
+    pattern = _error_line_pattern()
+    for text in _exception_texts(exc):
+        for match in pattern.finditer(text):
+            found = (match.group(1), match.group(2).strip())
+    if found is None:
+        return None
+    cls = _pack_error_classes()[found[0]]
+    message = found[1]
+    if issubclass(cls, KeyError) and len(message) > 1 and message[0] == message[-1] == "'":
+        message = message[1:-1]  # str(KeyError) quotes its argument
+    return cls(message)
+
+
+def error_summary(exc: BaseException) -> str | None:
+    """``ErrorClass: first line of its message`` for the pack's error in ``exc`` (see
+    :func:`pack_error_in`), None when there is none."""
+    found = pack_error_in(exc)
+    if found is None:
+        return None
+    text = found.args[0] if isinstance(found, KeyError) and found.args else str(found)
+    lines = str(text).strip().splitlines()
+    return f"{type(found).__name__}: {lines[0] if lines else ''}"
+
+
+def reason_first(exc: BaseException, where: str) -> BaseException:
+    """What to raise for a failure of Spark work that ran the pack's code: the pack's error
+    (same class, its message first, ``where`` added) when ``exc`` carries one, so Spark's
+    wrappers (``PythonException``, the worker's trace) come after it as the cause; ``exc``
+    itself otherwise. Use as ``raise reason_first(exc, "...") from exc``."""
+    if isinstance(exc, OrderedStreamError):
+        return exc
+    found = pack_error_in(exc)
+    if found is None:
+        return exc
+    text = found.args[0] if isinstance(found, KeyError) and found.args else str(found)
+    return type(found)(f"{text} ({where}; Spark's trace is this error's cause)")
+
+
+class LocationError(OrderedStreamError):
+    """A state, output or checkpoint location cannot be written: a missing bucket, denied
+    access, an unreachable endpoint. The message names the URL."""

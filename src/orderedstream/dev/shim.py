@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from orderedstream.core.errors import ShimBuildError
@@ -73,12 +74,13 @@ def _maven(args: list[str], source_dir: Path, spark_jars: Path, quiet: bool) -> 
 
 
 def build(*, quiet: bool = False, force: bool = False, with_tests: bool = False,
-          source_dir: Path = SOURCE_DIR) -> Path:
+          source_dir: Path = SOURCE_DIR, announce: bool = False) -> Path:
     """Build the shim jar if its sources changed and copy it to ``orderedstream/jars/``.
 
     A stamp (hash of pom, sources and pyspark's Spark jars) makes a second run take well
     under a second. ``with_tests`` runs the JUnit tests too (otherwise ``-DskipTests``).
-    Returns the bundled jar's path.
+    Returns the bundled jar's path. ``announce``: say when a build starts and ends (even
+    with ``quiet``, which only silences Maven).
     """
     if not (source_dir / "pom.xml").is_file():
         raise ShimBuildError(f"no {source_dir / 'pom.xml'}: the shim is built from a source "
@@ -91,6 +93,10 @@ def build(*, quiet: bool = False, force: bool = False, with_tests: bool = False,
     if (not force and not with_tests and target.is_file() and stamp.is_file()
             and stamp.read_text().strip() == want):
         return target
+    started = time.monotonic()
+    if announce:
+        print(f"bootstrap: building the JVM shim with Maven ({source_dir}; about a minute the "
+              "first time)", flush=True)
     _maven(["package", *([] if with_tests else ["-DskipTests"])], source_dir, spark_jars, quiet)
     built = source_dir / "target" / f"orderedstream-shim-{version}.jar"
     if not built.is_file():
@@ -105,6 +111,9 @@ def build(*, quiet: bool = False, force: bool = False, with_tests: bool = False,
     stamp.write_text(want + "\n")
     if not quiet:
         print(f"orderedstream shim: {target}")
+    if announce:
+        print(f"bootstrap: JVM shim built in {time.monotonic() - started:.0f}s: {target}",
+              flush=True)
     return target
 
 
@@ -122,13 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     build_cmd.add_argument("--quiet", action="store_true", help="print only on failure")
     build_cmd.add_argument("--force", action="store_true", help="rebuild even if unchanged")
     build_cmd.add_argument("--with-tests", action="store_true", help="run JUnit tests too")
+    build_cmd.add_argument("--announce", action="store_true",
+                           help="say when a build starts and ends (with --quiet too)")
     test_cmd = commands.add_parser("test", help="run the JUnit tests (mvn test)")
     test_cmd.add_argument("--quiet", action="store_true")
     commands.add_parser("path", help="print the bundled jar's path (exit 1 if not built)")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            build(quiet=args.quiet, force=args.force, with_tests=args.with_tests)
+            build(quiet=args.quiet, force=args.force, with_tests=args.with_tests,
+                  announce=args.announce)
         elif args.command == "test":
             run_tests(quiet=args.quiet)
         else:

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orderedstream.app.job.figures import FigureTracker
 from orderedstream.app.job.generator import GeneratorOptions, GeneratorStats, generate
-from orderedstream.app.job.pipeline import JobMonitor, JobOptions, start_job, wait_caught_up
+from orderedstream.app.job.monitor import JobMonitor, ProgressView
+from orderedstream.app.job.pipeline import JobOptions, start_job, wait_caught_up
 from orderedstream.app.job.verify import Verification, compare, expected_from_topics, read_topics
 
 
@@ -46,10 +48,16 @@ def verify_output(processor: Any, opts: JobOptions) -> Verification:
 
 def run_demo(spark: Any, bootstrap: str, storage_options: dict[str, Any], base_url: str,
              workdir: Path, gen: GeneratorOptions, create_topic: Callable[[str, int], None],
-             out: Callable[[str], None] = print, max_offsets_per_trigger: int = 50_000,
-             ) -> DemoResult:
-    """Generate, run the job until caught up, stop it, verify; returns the verdict."""
-    opts = JobOptions(bootstrap=bootstrap, output=f"{base_url}/output",
+             out: Callable[[str], None] = print, max_offsets_per_trigger: int = 50_000, *,
+             output: str | None = None, view: ProgressView | None = None,
+             tracker: FigureTracker | None = None) -> DemoResult:
+    """Generate, run the job until caught up, stop it, verify; returns the verdict.
+
+    ``output`` (default ``<base_url>/output``) may be a local folder: the demo keeps its table
+    on local disk so it can be read after the services stop; state stays under ``base_url``
+    and the Spark checkpoint is ``<workdir>/checkpoint``. On a folder of a previous run the
+    query continues from that checkpoint (``gen.session_tag`` keeps new sessions apart)."""
+    opts = JobOptions(bootstrap=bootstrap, output=output or f"{base_url}/output",
                       state_location=f"{base_url}/state",
                       checkpoint=str(workdir / "checkpoint"),
                       topic_pattern=f"{gen.prefix}-.*", storage_options=storage_options,
@@ -74,19 +82,28 @@ def run_demo(spark: Any, bootstrap: str, storage_options: dict[str, Any], base_u
         if any(t.startswith(f"{gen.prefix}-") for t in topics):
             break
         time.sleep(0.2)
-    out(f"[demo] generating sessions into {gen.prefix}-* while the job runs")
-    query, processor = start_job(spark, opts)
+    tracker = tracker or FigureTracker()
+    view = view or ProgressView("orderedstream demo", out=out, prefix="[demo]")
+    view.print(f"[demo] generating sessions into {gen.prefix}-* while the job runs")
+    view.phase("first plan: starting the query (Python workers for the Kafka source)")
+    query, processor = start_job(spark, opts, on_batch=tracker.on_result)
     try:
-        with JobMonitor(query, processor, opts, out=out):
+        with JobMonitor(query, opts, view, tracker, lag_every=3.0):
             wait_caught_up(query, opts, done_producing=lambda: bool(stats_box or errors))
     finally:
         query.stop()
     if errors:
         raise errors[0]
+    view.update(_final_view(tracker, time.monotonic() - began), force=True)
     stats = stats_box["stats"]
-    out(f"[demo] generated {stats.records} records ({stats.bad_records} bad on purpose) in "
-        f"{stats.sessions} sessions over {len(stats.topics)} topics; verifying the output ...")
+    view.print(f"[demo] generated {stats.records} records ({stats.bad_records} bad on purpose) "
+               f"in {stats.sessions} sessions over {len(stats.topics)} topics; verifying the "
+               "output ...")
     verdict = verify_output(processor, opts)
     result = processor.last_result
     return DemoResult(stats, verdict, 0 if result is None else result.batch_id + 1,
                       time.monotonic() - began, opts.output)
+
+
+def _final_view(tracker: FigureTracker, elapsed: float) -> dict[str, Any]:
+    return {"figures": tracker.figures, "lag": {}, "rate": 0.0, "elapsed": elapsed}

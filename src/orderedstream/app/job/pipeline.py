@@ -1,19 +1,19 @@
 """The main job: ``orderedkafka`` -> ordered per-session state -> fenced Parquet, with progress.
 
-Driver side. ``start_job`` builds the streaming query; ``JobMonitor`` prints progress (records/s,
-lag, batches committed, state partitions) and tells when the query has caught up with Kafka.
+Driver side. ``start_job`` builds the streaming query; ``wait_caught_up`` tells when it has
+caught up with Kafka (progress: ``orderedstream.app.job.monitor``).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orderedstream.app.job.figures import observe_input
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
@@ -57,8 +57,10 @@ def make_processor(opts: JobOptions) -> Any:
         checkpoint_location=opts.checkpoint, output_format=opts.output_format)
 
 
-def start_job(spark: Any, opts: JobOptions, once: bool = False) -> tuple[Any, Any]:
-    """Start the query (``once``: Trigger.AvailableNow); returns (query, processor)."""
+def start_job(spark: Any, opts: JobOptions, once: bool = False,
+              on_batch: Callable[[Any, float], None] | None = None) -> tuple[Any, Any]:
+    """Start the query (``once``: Trigger.AvailableNow); returns (query, processor).
+    ``on_batch(result, seconds)`` is called after each batch (figures, metrics file)."""
     reader = (spark.readStream.format("orderedkafka")
               .option("kafka.bootstrap.servers", opts.bootstrap)
               .option("subscribePattern", opts.topic_pattern)
@@ -69,12 +71,26 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False) -> tuple[Any, An
     for key, value in opts.kafka_options.items():
         reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
     processor = make_processor(opts)
-    writer = (reader.load().writeStream.queryName(opts.query_name)
-              .foreachBatch(processor.process_batch)
+    writer = (observe_input(reader.load()).writeStream.queryName(opts.query_name)
+              .foreachBatch(_with_callback(processor.process_batch, on_batch))
               .option("checkpointLocation", opts.checkpoint))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=opts.trigger)
     return writer.start(), processor
+
+
+def _with_callback(process: Callable[[Any, int], Any],
+                   on_batch: Callable[[Any, float], None] | None) -> Callable[[Any, int], Any]:
+    if on_batch is None:
+        return process
+
+    def process_batch(batch_df: Any, batch_id: int) -> Any:
+        began = time.monotonic()
+        result = process(batch_df, batch_id)
+        on_batch(result, time.monotonic() - began)
+        return result
+
+    return process_batch
 
 
 def kafka_end_offsets(bootstrap: str, pattern: str) -> dict[str, dict[int, int]]:
@@ -109,60 +125,38 @@ def committed_offsets(query: Any) -> dict[str, dict[int, int]]:
     return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offsets.items()}
 
 
+def checkpoint_offsets(checkpoint: str) -> dict[str, dict[int, int]]:
+    """Topic -> partition -> next offset as of the last batch committed in a local Spark
+    checkpoint ({} when there is none): the lag of a restarted query before its first
+    progress report."""
+    import json
+    from pathlib import Path
+
+    root = Path(checkpoint.removeprefix("file://"))
+    try:
+        ids = [int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()]
+        lines = (root / "offsets" / str(max(ids))).read_text().splitlines()
+        offsets = json.loads(lines[2]).get("offsets", {})
+    except (OSError, ValueError, IndexError, AttributeError):
+        return {}
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offsets.items()}
+
+
+def lag_per_topic(query: Any, bootstrap: str, pattern: str,
+                  checkpoint: str | None = None) -> dict[str, int]:
+    """Topic -> records in Kafka that the query's committed batches have not covered yet
+    (before the query's first progress: as of ``checkpoint``'s last commit, if given)."""
+    done = committed_offsets(query)
+    if not done and checkpoint and "://" not in checkpoint.removeprefix("file://"):
+        done = checkpoint_offsets(checkpoint)
+    return {topic: sum(max(0, high - done.get(topic, {}).get(partition, 0))
+                       for partition, high in parts.items())
+            for topic, parts in kafka_end_offsets(bootstrap, pattern).items()}
+
+
 def lag(query: Any, bootstrap: str, pattern: str) -> int:
     """Records in Kafka that the query's committed batches have not covered yet."""
-    done = committed_offsets(query)
-    total = 0
-    for topic, parts in kafka_end_offsets(bootstrap, pattern).items():
-        for partition, high in parts.items():
-            total += max(0, high - done.get(topic, {}).get(partition, 0))
-    return total
-
-
-class JobMonitor:
-    """Prints one progress line every ``every`` seconds while the query runs."""
-
-    def __init__(self, query: Any, processor: Any, opts: JobOptions,
-                 out: Callable[[str], None] = print, every: float = 5.0) -> None:
-        self.query, self.processor, self.opts, self.out, self.every = (
-            query, processor, opts, out, every)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="job-monitor", daemon=True)
-        self.records = 0
-        self.started = time.monotonic()
-
-    def __enter__(self) -> JobMonitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def line(self) -> str:
-        progress = self.query.recentProgress
-        self.records = sum(p.get("numInputRows", 0) for p in progress)
-        last = progress[-1] if progress else {}
-        rate = last.get("processedRowsPerSecond") or 0.0
-        result = getattr(self.processor, "last_result", None)
-        batches = (result.batch_id + 1) if result is not None else 0
-        states = len(self.processor.partition_states()) if result is not None else 0
-        try:
-            behind = lag(self.query, self.opts.bootstrap, self.opts.topic_pattern)
-        except Exception as exc:  # noqa: BLE001 - progress must not kill the job
-            behind = f"? ({exc})"
-        return (f"[job] {time.monotonic() - self.started:6.0f}s  batches committed {batches}  "
-                f"records {self.records}  {rate:,.0f} rec/s (last batch)  lag {behind}  "
-                f"state partitions {states}")
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            if not self.query.isActive:
-                return
-            try:
-                self.out(self.line())
-            except Exception as exc:  # noqa: BLE001
-                _log.debug("progress line failed: %s", exc)
+    return sum(lag_per_topic(query, bootstrap, pattern).values())
 
 
 def wait_caught_up(query: Any, opts: JobOptions, done_producing: Callable[[], bool],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import tempfile
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from typing import Any
 
 from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.dev.services.kafka import KafkaBroker
+from orderedstream.dev.services.process import port_open
 from orderedstream.dev.services.s3 import S3Server
 
 _log = logging.getLogger(__name__)
@@ -30,30 +32,71 @@ class Endpoints:
 
 @contextlib.contextmanager
 def embedded_services(bootstrap: str | None = None, s3_endpoint: str | None = None,
-                      workdir: Path | None = None, bucket: str = "lake") -> Iterator[Endpoints]:
-    """Yield endpoints, starting a local broker / S3 server for each one not given; stops them."""
+                      workdir: Path | None = None, bucket: str = "lake",
+                      keep_ports: bool = False) -> Iterator[Endpoints]:
+    """Yield endpoints, starting a local broker / S3 server for each one not given; stops them.
+
+    Each service keeps its data under ``workdir`` (``kafka/``, ``s3/``), so a second call on
+    the same folder serves the same topics and objects. ``keep_ports``: reuse the ports of the
+    last start in that folder when they are free (saved in ``services.json``), so endpoints
+    printed by an earlier run stay valid."""
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="orderedstream-"))
     root.mkdir(parents=True, exist_ok=True)
     broker: KafkaBroker | None = None
     s3: S3Server | None = None
     started: list[str] = []
     try:
+        saved = _saved_ports(root) if keep_ports else {}
         if bootstrap is None:
-            broker = KafkaBroker(root / "kafka").start()
+            broker = KafkaBroker(root / "kafka")
+            if _free(saved.get("kafka")):
+                broker.port, broker.controller_port = saved["kafka"]
+            broker.start()
             bootstrap = broker.bootstrap
             started.append(f"Kafka {broker.version} (KRaft) on {bootstrap}, log {broker.log_path}")
         options: dict[str, Any] = {}
         if s3_endpoint is None:
-            s3 = S3Server(root / "s3", bucket=bucket).start()
+            s3 = S3Server(root / "s3", bucket=bucket)
+            if _free(saved.get("s3")):
+                (s3.port, s3.master_port, s3.volume_port, s3.filer_port, s3.webdav_port,
+                 s3.admin_port) = saved["s3"]
+            s3.start()
             s3_endpoint = s3.endpoint
             options = s3.storage_options
             started.append(f"SeaweedFS S3 on {s3_endpoint} (bucket {bucket}), log {s3.log_path}")
         else:
             # An external endpoint: credentials from the standard AWS chain (environment).
             options = s3_endpoint_options(s3_endpoint)
+        if keep_ports:
+            _save_ports(root, broker, s3)
         yield Endpoints(bootstrap, s3_endpoint, options, root, started)
     finally:
         if broker is not None:
             broker.stop()
         if s3 is not None:
             s3.stop()
+
+
+PORTS_FILE = "services.json"
+
+
+def _saved_ports(root: Path) -> dict[str, list[int]]:
+    try:
+        data = json.loads((root / PORTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: [int(p) for p in v] for k, v in data.items() if isinstance(v, list)}
+
+
+def _free(ports: list[int] | None) -> bool:
+    return bool(ports) and not any(port_open(p) for p in ports or [])
+
+
+def _save_ports(root: Path, broker: KafkaBroker | None, s3: S3Server | None) -> None:
+    data = _saved_ports(root)
+    if broker is not None:
+        data["kafka"] = [broker.port, broker.controller_port]
+    if s3 is not None:
+        data["s3"] = [s3.port, s3.master_port, s3.volume_port, s3.filer_port, s3.webdav_port,
+                      s3.admin_port]
+    (root / PORTS_FILE).write_text(json.dumps(data, indent=1) + "\n")

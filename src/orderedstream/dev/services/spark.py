@@ -59,13 +59,16 @@ def default_conf(tmp_dir: Path | None = None) -> dict[str, str]:
 
 def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]",
                         conf: Mapping[str, str] | None = None, tmp_dir: Path | None = None,
-                        driver_memory: str = "2g") -> Any:
-    """A SparkSession whose Python workers use this interpreter; extra ``conf`` wins."""
+                        driver_memory: str = "2g", java_options: str = "") -> Any:
+    """A SparkSession whose Python workers use this interpreter; extra ``conf`` wins.
+    ``java_options`` are added to the driver JVM's (e.g. a log4j2 configuration file)."""
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
     base = default_conf(tmp_dir)
+    if java_options:
+        base["spark.driver.extraJavaOptions"] += f" {java_options}"
     settings = {**base, "spark.driver.memory": driver_memory, **(conf or {})}
     if conf and "spark.jars" in conf and base.get("spark.jars"):
         settings["spark.jars"] = f"{base['spark.jars']},{conf['spark.jars']}"

@@ -1,0 +1,151 @@
+"""The CLI's console: quiet by default (third-party logs to a file), errors shown reason first.
+
+Quiet mode sends everything that is not the pack's own output to one log file:
+
+- Spark's JVM (log4j, including ``ProcessingTimeExecutor`` / ``DAGScheduler`` warnings) and
+  every process it starts (Python workers, whose librdkafka clients print ``%4|...|rdkafka#...``
+  lines to their stderr) inherit file descriptors 1 and 2 from this process: while quiet, those
+  descriptors point at the log file, and Python's ``sys.stdout`` / ``sys.stderr`` write to
+  duplicates of the console's. The JVM also gets a log4j2 configuration that writes its log to
+  the same file (no "default log4j profile" line).
+- librdkafka clients in this process (the demo's producer, the lag consumer) print to fd 2 as
+  well, so they land in the file too.
+- Python logging: everything at INFO and above to the file (``py4j.clientserver Received
+  command`` included); the console gets the pack's own warnings (``orderedstream.*`` at
+  WARNING and above).
+
+``--verbose`` keeps today's behaviour: everything on the console.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from orderedstream.core.errors import error_summary
+
+LOG4J2_TEMPLATE = """\
+# Written by orderedstream (quiet console): Spark's log goes to the run's log file.
+status = error
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+"""
+
+
+@dataclass
+class ConsoleSetup:
+    """What :func:`setup_console` did: ``log_path`` None when verbose."""
+
+    verbose: bool
+    log_path: Path | None = None
+    log4j_config: Path | None = None
+
+    def java_options(self) -> str:
+        """Extra JVM options for a local session's driver: its log4j2 configuration (quiet)."""
+        if self.log4j_config is None:
+            return ""
+        return f"-Dlog4j2.configurationFile=file:{self.log4j_config}"
+
+
+def default_log_path(workdir: Path | None) -> Path:
+    """``<workdir>/logs/orderedstream.log``, else ``./orderedstream-logs/<pid>.log``."""
+    if workdir is not None:
+        return Path(workdir) / "logs" / "orderedstream.log"
+    return Path("orderedstream-logs") / f"orderedstream-{os.getpid()}.log"
+
+
+def setup_console(*, verbose: bool, log_path: Path | None = None,
+                  announce: bool = True) -> ConsoleSetup:
+    """Configure logging (and, quiet, the file descriptors); prints the log file's path once."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format=fmt._fmt)
+        return ConsoleSetup(verbose=True)
+    path = (log_path or default_log_path(None)).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _redirect_native_output(path)
+    file_handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    file_handler.setFormatter(fmt)
+    root.addHandler(file_handler)
+    root.setLevel(logging.INFO)
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.WARNING)
+    console.addFilter(lambda record: record.name.startswith("orderedstream"))
+    console.setFormatter(logging.Formatter("[%(levelname)s] %(name)s: %(message)s"))
+    root.addHandler(console)
+    log4j = path.with_name(path.stem + "-log4j2.properties")
+    log4j.write_text(LOG4J2_TEMPLATE.format(path=path, level="info"))
+    if announce:
+        print(f"[orderedstream] Spark, py4j and Kafka client logs: {path} "
+              "(--verbose shows them here)", flush=True)
+    return ConsoleSetup(verbose=False, log_path=path, log4j_config=log4j)
+
+
+def _redirect_native_output(path: Path) -> None:
+    """Point fds 1 and 2 at ``path`` (children and native code write there); keep Python's
+    ``sys.stdout`` / ``sys.stderr`` on the console through duplicates of the original fds."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        keep = os.dup(fd)
+        os.set_inheritable(keep, False)
+        stream = getattr(sys, name)
+        replacement = io.TextIOWrapper(
+            io.FileIO(keep, "w", closefd=True), encoding=getattr(stream, "encoding", None)
+            or "utf-8", errors="backslashreplace", line_buffering=True,
+            write_through=True)
+        os.dup2(log_fd, fd)
+        setattr(sys, name, replacement)
+    os.close(log_fd)
+
+
+def _exception_text(exc: BaseException) -> str:
+    parts = [str(exc)]
+    for attr in ("desc", "stackTrace"):  # pyspark's CapturedException
+        value = getattr(exc, attr, None)
+        if isinstance(value, str) and value not in parts[0]:
+            parts.append(value)
+    return "\n".join(parts)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def error_first(exc: BaseException, *, log_path: Path | None = None) -> str:
+    """The text the CLI prints for a failure: the pack's reason first (error class, what was
+    wrong, what to do), then Spark's report (its wrappers and traces) or the cause."""
+    from orderedstream.core.errors import OrderedStreamError
+
+    reason = error_summary(exc)
+    where = f"\n(full log: {log_path})" if log_path else ""
+    if isinstance(exc, OrderedStreamError):
+        head = f"orderedstream: {type(exc).__name__}: {exc}"
+        cause = exc.__cause__
+        tail = "" if cause is None else (
+            f"\n\n--- cause ---\n{type(cause).__name__}: {_exception_text(cause).strip()}")
+        return f"{head}{where}{tail}\n"
+    trace = _exception_text(exc).strip()
+    if reason is None:
+        head = f"orderedstream: failed: {type(exc).__name__}: {_first_line(trace)}"
+    else:
+        head = f"orderedstream: {reason}"
+    return f"{head}{where}\n\n--- Spark's report (after the reason above) ---\n{trace}\n"

@@ -1,0 +1,141 @@
+"""What the demo prints at its end: a few rebuilt session tables and copy-paste commands that
+query the output (DuckDB, Polars, Spark) and read the state, after the demo has exited.
+
+The output table is read as whatever format the job wrote: a Delta table (``_delta_log/``,
+read with delta-rs, which lists only committed files) or the pack's fenced Parquet table
+(read through its commit log, ``FencedTable``; Spark reads it through ``_spark_metadata``).
+Either way a reader counts only committed rows, never files of failed attempts.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+
+def output_format(path: Path) -> str:
+    """``delta`` when ``path`` holds a Delta log, else ``parquet`` (fenced Parquet)."""
+    return "delta" if (Path(path) / "_delta_log").is_dir() else "parquet"
+
+
+def read_output(path: Path) -> pa.Table:
+    """The committed rows of the output table at ``path`` (local folder)."""
+    if output_format(path) == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(path)).to_pyarrow_table()
+    from orderedstream.sinks.table import FencedTable
+
+    return FencedTable(str(path)).to_arrow()
+
+
+def rebuilt_tables(table: pa.Table, sessions: int = 3, rows: int = 5,
+                   ) -> list[tuple[str, list[tuple[str, str]], int]]:
+    """``(session, [(row, values)], total rows)`` of the first ``sessions`` sessions that
+    ended (their ``final`` snapshot), ``rows`` rows each."""
+    finals = [r for r in table.select(["kind", "op", "session", "row", "values"]).to_pylist()
+              if r["kind"] == "snapshot" and r["op"] == "final"]
+    by_session: dict[str, list[tuple[str, str]]] = {}
+    for r in finals:
+        by_session.setdefault(r["session"], []).append((r["row"], r["values"]))
+    out = []
+    for session in sorted(by_session)[:sessions]:
+        entries = sorted(by_session[session], key=lambda e: _row_number(e[0]))
+        out.append((session, entries[:rows], len(entries)))
+    return out
+
+
+def _row_number(row: str) -> tuple[int, str]:
+    digits = "".join(ch for ch in str(row) if ch.isdigit())
+    return (int(digits) if digits else 0, str(row))
+
+
+def print_tables(table: pa.Table, out: Callable[[str], None]) -> None:
+    """Print a few rebuilt session tables (row id -> values)."""
+    counts: dict[str, int] = {}
+    for kind in table.column("kind").to_pylist():
+        counts[kind] = counts.get(kind, 0) + 1
+    out("[demo] output rows by kind: "
+        + ", ".join(f"{k} {n:,}" for k, n in sorted(counts.items())))
+    for session, entries, total in rebuilt_tables(table):
+        out(f"[demo] session {session}: rebuilt table, {total} rows (first {len(entries)}):")
+        out(f"         {'row':<8} values")
+        for row, values in entries:
+            shown = values if len(values) <= 60 else values[:57] + "..."
+            out(f"         {row:<8} {shown}")
+
+
+def commands(workdir: Path, state_url: str, storage_options: dict[str, Any]) -> list[str]:
+    """Copy-paste commands that work after the demo exited (the output is on local disk)."""
+    output = workdir / "output"
+    py = shlex.quote(sys.executable)
+    fmt = output_format(output)
+    path = json.dumps(str(output))  # a double-quoted Python string literal
+    if fmt == "delta":
+        load = f"from deltalake import DeltaTable; t = DeltaTable({path}).to_pyarrow_table()"
+        polars = f"import polars as pl; df = pl.read_delta({path})"
+        spark = (f"from deltalake import DeltaTable; "
+                 f"df = spark.read.parquet(*DeltaTable({path}).file_uris())")
+    else:
+        load = (f"from orderedstream.sinks.table import FencedTable; "
+                f"t = FencedTable({path}).to_arrow()")
+        polars = (f"import polars as pl; from orderedstream.sinks.table import FencedTable; "
+                  f"df = pl.from_arrow(FencedTable({path}).to_arrow())")
+        spark = f"df = spark.read.parquet({path})"
+    sql = json.dumps("select kind, count(*) as n from t group by kind order by kind")
+    endpoint = (storage_options.get("client_kwargs") or {}).get("endpoint_url", "")
+    state_cmd = (f"from orderedstream.app.demo_report import show_state; "
+                 f"show_state({json.dumps(str(workdir))})")
+    duck = f"import duckdb; {load}; print(duckdb.sql({sql}))"
+    pol = f'{polars}; print(df.group_by("kind").len().sort("kind"))'
+    spk = ("from pyspark.sql import SparkSession; "
+           'spark = SparkSession.builder.master("local[1]")'
+           '.config("spark.ui.showConsoleProgress", "false").getOrCreate(); '
+           f'{spark}; df.groupBy("kind").count().orderBy("kind").show()')
+    kind = "Delta" if fmt == "delta" else "fenced Parquet"
+    return [
+        f"# the output table ({kind}) is on local disk: {output}",
+        "# DuckDB:",
+        f"{py} -c {shlex.quote(duck)}",
+        "# Polars:",
+        f"{py} -c {shlex.quote(pol)}",
+        "# Spark (pyspark is in the same Python environment):",
+        f"{py} -c {shlex.quote(spk)}",
+        f"# state ({state_url}) lives on the embedded S3 ({endpoint}): start it first with",
+        f"#   orderedstream services --workdir {shlex.quote(str(workdir))}",
+        "# then, in another terminal:",
+        f"{py} -c {shlex.quote(state_cmd)}",
+    ]
+
+
+def show_state(workdir: str | Path, partitions: int = 2, keys: int = 3,
+               out: Callable[[str], None] = print) -> None:
+    """Print a few keys of the demo's state (needs ``orderedstream services --workdir`` up):
+    the state versions the last committed batch names, read from the embedded S3."""
+    from orderedstream.app.job.pipeline import JobOptions, make_processor
+    from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY, s3_storage_options
+
+    root = Path(workdir).absolute()
+    info = json.loads((root / "demo.json").read_text())
+    ports = json.loads((root / "services.json").read_text())
+    storage = s3_storage_options(f"http://127.0.0.1:{ports['s3'][0]}", key=ACCESS_KEY,
+                                 secret=SECRET_KEY)
+    processor = make_processor(JobOptions(
+        bootstrap="", output=str(root / "output"), state_location=info["state"],
+        checkpoint=str(root / "checkpoint"), storage_options=storage))
+    states = processor.partition_states()
+    out(f"state at {info['state']}: {len(states)} Kafka partitions, "
+        f"{sum(int(b.num_keys or 0) for b in states.values())} keys")
+    for pid in sorted(states)[:partitions]:
+        topic, number = pid.rpartition("/")[0], int(pid.rpartition("/")[2])
+        out(f"{pid} (version {states[pid].version}, {states[pid].num_keys} keys):")
+        for n, (key, value) in enumerate(processor.read_state(topic, number)):
+            if n >= keys:
+                break
+            out(f"  {key!r}: {str(value)[:100]}")

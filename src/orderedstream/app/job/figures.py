@@ -1,0 +1,210 @@
+"""The ordered stage's figures per batch (driver side), for the progress view, Prometheus and
+Spark's own ``StreamingQueryProgress``.
+
+``FigureTracker.on_batch`` is called after every ``foreachBatch`` call with the processor's
+``BatchResult``: records, output rows and files, state keys and bytes, restores, the tasks'
+state commit time and the batch's wall time. ``prometheus_text`` renders them in Prometheus'
+text exposition format; ``write_metrics_file`` replaces a file atomically (a scraper such as
+node_exporter's textfile collector never reads half a file).
+
+What reaches ``StreamingQueryProgress``: a ``foreachBatch`` sink reports no custom sink metrics,
+and figures known only after the ordered stage ran cannot be observed metrics of the query's
+plan (``Dataset.observe`` aggregates the input rows while the plan runs). ``observe_input``
+adds what *can* be observed there: the records and Kafka partitions of each batch, under
+``progress.observedMetrics["orderedstream"]``; the rest is in the metrics file and in
+``JobMonitor.figures``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+OBSERVED_NAME = "orderedstream"
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Totals since this run started, plus the last batch's figures."""
+
+    batches: int = 0
+    last_batch_id: int | None = None
+    records: int = 0
+    output_rows: int = 0
+    output_files: int = 0
+    state_keys: int = 0
+    state_bytes: int = 0
+    restores: int = 0
+    skipped_batches: int = 0
+    last_records: int = 0
+    last_output_rows: int = 0
+    last_output_files: int = 0
+    last_batch_ms: float = 0.0
+    last_state_commit_ms: float = 0.0
+    restarts: int = 0
+    updated: float = field(default_factory=time.time)
+
+
+class FigureTracker:
+    """Accumulates :class:`Figures` from each batch's result (thread-safe reads)."""
+
+    def __init__(self, metrics_file: Path | None = None, labels: Mapping[str, str] | None = None,
+                 ) -> None:
+        self.metrics_file = None if metrics_file is None else Path(metrics_file)
+        self.labels = dict(labels or {})
+        self._lock = threading.Lock()
+        self._figures = Figures()
+        self._state_bytes: dict[str, int] = {}
+
+    @property
+    def figures(self) -> Figures:
+        with self._lock:
+            return self._figures
+
+    def restarted(self) -> None:
+        with self._lock:
+            self._figures = replace(self._figures, restarts=self._figures.restarts + 1)
+        self._write()
+
+    def on_batch(self, result: Any, seconds: float, state_keys: int | None = None) -> Figures:
+        """Add one ``BatchResult`` (``seconds``: the ``foreachBatch`` call's wall time)."""
+        commits = tuple(getattr(result, "commits", ()) or ())
+        records = sum(int(c.records) for c in commits)
+        rows = sum(int(c.output_rows) for c in commits)
+        files = sum(len(c.files) for c in commits)
+        commit_ms = max((float(c.metrics.get("commit_s") or 0.0) * 1000 for c in commits),
+                        default=0.0)
+        restores = sum(1 for c in commits if c.metrics.get("restored"))
+        with self._lock:
+            for c in commits:
+                state = c.metrics.get("state") or {}
+                if "bytes_total" in state:
+                    self._state_bytes[c.partition_id] = int(state["bytes_total"])
+            old = self._figures
+            self._figures = replace(
+                old, batches=old.batches + 1, last_batch_id=int(result.batch_id),
+                records=old.records + records, output_rows=old.output_rows + rows,
+                output_files=old.output_files + files,
+                state_keys=old.state_keys if state_keys is None else state_keys,
+                state_bytes=sum(self._state_bytes.values()), restores=old.restores + restores,
+                skipped_batches=old.skipped_batches + int(bool(result.skipped)),
+                last_records=records, last_output_rows=rows, last_output_files=files,
+                last_batch_ms=seconds * 1000, last_state_commit_ms=commit_ms,
+                updated=time.time())
+            figures = self._figures
+        self._write()
+        return figures
+
+    def on_result(self, result: Any, seconds: float) -> None:
+        """``on_batch`` of ``start_job``: :meth:`on_batch` with the state keys after it."""
+        self.on_batch(result, seconds, state_keys=state_keys_of(result))
+
+    def _write(self) -> None:
+        if self.metrics_file is not None:
+            write_metrics_file(self.metrics_file, prometheus_text(self.figures, self.labels))
+
+
+def state_keys_of(result: Any) -> int | None:
+    """State keys over every Kafka partition as of ``result``'s batch (None if unknown)."""
+    processor = getattr(result, "processor", None)
+    if processor is None:
+        return None
+    try:
+        states = processor.partition_states(int(result.batch_id))
+    except Exception:  # noqa: BLE001 - a figure, never a failure
+        return None
+    return sum(int(getattr(b, "num_keys", 0) or 0) for b in states.values())
+
+
+_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    # (metric name, Figures field, type, help)
+    ("orderedstream_batches_total", "batches", "counter", "Micro-batches committed"),
+    ("orderedstream_batches_skipped_total", "skipped_batches", "counter",
+     "Replayed batches found already committed (skipped)"),
+    ("orderedstream_last_batch_id", "last_batch_id", "gauge", "Id of the last committed batch"),
+    ("orderedstream_records_total", "records", "counter",
+     "Kafka records processed by the ordered stage"),
+    ("orderedstream_output_rows_total", "output_rows", "counter", "Output rows committed"),
+    ("orderedstream_output_files_total", "output_files", "counter", "Output files committed"),
+    ("orderedstream_state_keys", "state_keys", "gauge", "State keys after the last batch"),
+    ("orderedstream_state_bytes", "state_bytes", "gauge",
+     "State bytes (SST files) of the latest versions known"),
+    ("orderedstream_state_restores_total", "restores", "counter",
+     "Partition states restored from the object store"),
+    ("orderedstream_restarts_total", "restarts", "counter", "Query restarts after a failure"),
+    ("orderedstream_last_batch_records", "last_records", "gauge", "Records in the last batch"),
+    ("orderedstream_last_batch_output_rows", "last_output_rows", "gauge",
+     "Output rows of the last batch"),
+    ("orderedstream_last_batch_output_files", "last_output_files", "gauge",
+     "Output files of the last batch"),
+    ("orderedstream_last_batch_duration_ms", "last_batch_ms", "gauge",
+     "Wall time of the last foreachBatch call, milliseconds"),
+    ("orderedstream_last_state_commit_ms", "last_state_commit_ms", "gauge",
+     "Slowest task's state commit in the last batch, milliseconds"),
+    ("orderedstream_last_update_timestamp_seconds", "updated", "gauge",
+     "Unix time of the last update"),
+)
+
+
+def prometheus_text(figures: Figures, labels: Mapping[str, str] | None = None) -> str:
+    """Prometheus text exposition format (version 0.0.4) of ``figures``."""
+    label_text = ""
+    if labels:
+        label_text = "{" + ",".join(
+            f'{k}="{_escape(v)}"' for k, v in sorted(labels.items())) + "}"
+    lines = []
+    for name, attr, kind, help_text in _METRICS:
+        value = getattr(figures, attr)
+        if value is None:
+            continue
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
+                  f"{name}{label_text} {_number(value)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{float(value):.3f}"
+
+
+def write_metrics_file(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (temporary file in the same folder, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def observe_input(df: Any) -> Any:
+    """``df`` with observed metrics Spark reports in ``StreamingQueryProgress.observedMetrics
+    ["orderedstream"]``: ``records`` (Kafka records of the batch; in ``emit=ranges`` mode the
+    sum of the ranges' lengths) and ``kafka_partitions``."""
+    from pyspark.sql import functions as F
+
+    columns = set(df.columns)
+    if {"startOffset", "endOffset"} <= columns:  # emit=ranges: one row per Kafka range
+        records = F.sum(F.col("endOffset") - F.col("startOffset"))
+        parts = F.count(F.lit(1))
+    elif "offset" in columns:
+        records = F.count(F.lit(1))
+        parts = F.approx_count_distinct(F.concat_ws(":", "topic", "partition"))
+    else:
+        return df
+    return df.observe(OBSERVED_NAME, F.coalesce(records, F.lit(0)).cast("long").alias("records"),
+                      parts.cast("long").alias("kafka_partitions"))

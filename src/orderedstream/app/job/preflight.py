@@ -1,0 +1,94 @@
+"""Checks made before the job's first batch processes a record (driver side).
+
+Every location the job writes (output table, state, Spark checkpoint) gets a probe object
+written, read back and deleted: a missing bucket, denied access or an unreachable endpoint
+fails here with the URL named, not after a batch's records were processed. Kafka is asked for
+its metadata once, with the same bounded wait, so an unreachable broker fails before Spark
+starts. Options that Spark would only parse later (trigger interval, idle timeout) are parsed
+here too.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from orderedstream.core.errors import KafkaUnavailableError, LocationError, OptionError
+from orderedstream.core.storage import is_local
+from orderedstream.core.units import parse_duration_ms
+
+_PROBE = "_orderedstream_probe"
+
+
+def check_location(url: str, what: str, storage_options: Mapping[str, Any] | None = None,
+                   ) -> None:
+    """Write, read back and delete a small object under ``url``; LocationError naming the URL
+    and the cause when any of it fails."""
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    except Exception as exc:  # noqa: BLE001 - reported with the URL
+        raise LocationError(f"{what} location {url!r} cannot be opened: {type(exc).__name__}: "
+                            f"{exc}. Give a local path or an fsspec URL (s3://bucket/prefix) "
+                            "the job can write") from exc
+    probe = f"{root.rstrip('/')}/{_PROBE}-{uuid.uuid4().hex[:12]}"
+    local = is_local(fs)
+    try:
+        if local:
+            fs.makedirs(root, exist_ok=True)
+        fs.pipe_file(probe, b"orderedstream location check")
+        if fs.cat_file(probe) != b"orderedstream location check":
+            raise OSError("the probe object read back differs from what was written")
+        fs.rm_file(probe)
+    except Exception as exc:  # noqa: BLE001 - reported with the URL
+        hint = ("Check that the folder can be created and written by this user" if local
+                else "Check that the bucket exists, the credentials (AWS_ACCESS_KEY_ID / "
+                     "AWS_PROFILE) may write under it, and --s3-endpoint points at the right "
+                     "server")
+        raise LocationError(f"{what} location {url!r} is not writable ({type(exc).__name__}: "
+                            f"{_short(exc)}). {hint}") from exc
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else "(no message)"
+
+
+def check_kafka(bootstrap: str, pattern: str, timeout: float = 15.0) -> list[str]:
+    """Kafka answers metadata requests within ``timeout``; returns the topics matching
+    ``pattern`` now (an empty list is allowed: topics may appear later)."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise OptionError(f"--topic-pattern {pattern!r} is not a regular expression: {exc}. "
+                          "Give a Java/Python regex, e.g. 'sessions-.*'") from exc
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
+                         "socket.connection.setup.timeout.ms": int(timeout * 1000)})
+    try:
+        topics = admin.list_topics(timeout=timeout).topics
+    except Exception as exc:  # noqa: BLE001 - KafkaException; reported with the servers
+        raise KafkaUnavailableError(
+            f"Kafka at {bootstrap!r} did not answer a metadata request within {timeout:.0f}s "
+            f"({exc}). Check --bootstrap-servers and that the brokers are up") from exc
+    return sorted(t for t in topics if regex.fullmatch(t))
+
+
+def check_durations(**values: str) -> None:
+    """Each named value parses as a duration (e.g. '2 seconds', '10 minutes')."""
+    for name, value in values.items():
+        parse_duration_ms(value, f"--{name.replace('_', '-')}")
+
+
+def check_job(*, bootstrap: str, pattern: str, locations: Mapping[str, str],
+              storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """All of the above for one job: Kafka first (cheap), then every location."""
+    topics = check_kafka(bootstrap, pattern)
+    for what, url in locations.items():
+        opts = storage_options if "://" in url and not url.startswith("file://") else None
+        check_location(url, what, opts)
+    return topics

@@ -1,0 +1,155 @@
+"""``orderedstream run``: the main job against given services, with checks first, live
+progress, an optional Prometheus metrics file and restarts after transient failures.
+
+Order of a run: options and locations are checked (Kafka answers, every location takes a
+probe object) before Spark starts, so a bad input fails in seconds with the pack's sentence
+first; then the Spark session, the query and its progress. A failure inside the query is
+printed reason first (``orderedstream.app.console.error_first``). A failure that is not one
+of the pack's refusals (a broker restart, a lost executor) restarts the query from its
+checkpoint, up to ``--max-restarts`` times; the pack's own errors (options, schema, order,
+state, storage) never restart: they need a person.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orderedstream.app.console import ConsoleSetup, error_first, setup_console
+from orderedstream.core.errors import (
+    KafkaUnavailableError,
+    OrderedStreamError,
+    ServiceError,
+    pack_error_in,
+)
+
+RESTART_BACKOFF_S = 5.0
+
+
+def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
+                tmp_dir: Path | None = None) -> Any:
+    """The session: spark-submit's when launched by it, else a local one (quiet: its JVM logs
+    to the run's log file)."""
+    from orderedstream.dev.services.spark import local_spark_session
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT") and master is None:
+        # Launched by spark-submit: its --master, --conf and --jars configure the session.
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName(app_name).getOrCreate()
+    else:
+        spark = local_spark_session(app_name, master=master or "local[2,4]", tmp_dir=tmp_dir,
+                                    java_options=console.java_options())
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def create_topic_fn(bootstrap: str) -> Callable[[str, int], None]:
+    """``create_topic(name, partitions)`` that accepts an existing topic (a continued demo)."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    def create_topic(name: str, partitions: int) -> None:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        try:
+            admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+        except Exception as exc:  # noqa: BLE001 - KafkaException carries the code
+            code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
+            if code != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    return create_topic
+
+
+def run_job(args: argparse.Namespace, opts: Any) -> int:
+    """Check, start, show progress, restart after transient failures; the exit code."""
+    from orderedstream.app.job.figures import FigureTracker
+    from orderedstream.app.job.monitor import JobMonitor, ProgressView
+    from orderedstream.app.job.pipeline import start_job
+    from orderedstream.app.job.preflight import check_durations, check_job
+
+    check_durations(trigger=opts.trigger, idle_timeout=opts.idle_timeout)
+    topics = check_job(bootstrap=opts.bootstrap, pattern=opts.topic_pattern,
+                       locations=_locations(opts), storage_options=opts.storage_options)
+    console = setup_console(verbose=args.verbose, log_path=args.log_file, announce=False)
+    tracker = FigureTracker(args.metrics_file, labels={"query": opts.query_name})
+    began = time.monotonic()
+    with ProgressView("orderedstream run", every=args.progress_every) as view:
+        view.print(f"[job] checked: Kafka answers ({len(topics)} topics match "
+                   f"{opts.topic_pattern!r}); output, state and checkpoint are writable")
+        if console.log_path:
+            view.print(f"[job] Spark, py4j and Kafka client logs: {console.log_path}")
+        view.phase(f"starting Spark session ({args.master or 'local[2,4]'})")
+        spark = start_spark("orderedstream-job", args.master, console)
+        view.print(f"[job] Spark {spark.version} ready in {time.monotonic() - began:.0f}s")
+        stopping: dict[str, Any] = {"signal": None, "query": None}
+
+        def stop(signum: int, _frame: object) -> None:
+            stopping["signal"] = signum
+            view.print(f"[job] signal {signum}: stopping after the running batch")
+            if stopping["query"] is not None:
+                stopping["query"].stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        error: BaseException | None = None
+        while True:
+            view.phase("first plan: defining the Kafka source (Python workers start)")
+            try:
+                query, processor = start_job(spark, opts, once=args.available_now,
+                                             on_batch=tracker.on_result)
+            except Exception as exc:  # noqa: BLE001 - printed reason first below
+                error = exc
+                break
+            stopping["query"] = query
+            with JobMonitor(query, opts, view, tracker):
+                while query.isActive:
+                    query.awaitTermination(1)
+            error = query.exception()
+            if (error is None or stopping["signal"] is not None
+                    or tracker.figures.restarts >= args.max_restarts or not _transient(error)):
+                break
+            tracker.restarted()
+            view.print(f"[job] the query failed ({_first_line(error)}); restart "
+                       f"{tracker.figures.restarts}/{args.max_restarts} from its checkpoint in "
+                       f"{RESTART_BACKOFF_S:.0f}s")
+            time.sleep(RESTART_BACKOFF_S)
+        figures = tracker.figures
+        view.update({"figures": figures, "lag": None, "rate": 0.0,
+                     "elapsed": time.monotonic() - began}, force=True)
+    print(f"[job] stopped: {figures.batches} batches committed in this run, "
+          f"{figures.records:,} records, {figures.restarts} restarts", flush=True)
+    spark.stop()
+    if error is not None:
+        sys.stderr.write(error_first(error, log_path=console.log_path))
+        sys.stderr.flush()
+        return 1
+    return 0
+
+
+def _locations(opts: Any) -> dict[str, str]:
+    locations = {"output": opts.output, "state": opts.state_location}
+    scheme = opts.checkpoint.split("://", 1)[0] if "://" in opts.checkpoint else "file"
+    if scheme in ("file", "s3", "gs", "gcs", "az", "abfs", "memory"):
+        locations["checkpoint"] = opts.checkpoint  # others (s3a, hdfs): Spark checks them
+    return locations
+
+
+def _transient(error: BaseException) -> bool:
+    """A failure worth a restart: none of the pack's refusals, or Kafka/service unavailable."""
+    found = pack_error_in(error)
+    return found is None or isinstance(found, (KafkaUnavailableError, ServiceError))
+
+
+def _first_line(error: BaseException) -> str:
+    found = pack_error_in(error)
+    if isinstance(found, OrderedStreamError):
+        return f"{type(found).__name__}: {str(found).splitlines()[0][:200]}"
+    text = str(error).strip().splitlines()
+    return text[0][:200] if text else type(error).__name__

@@ -1,0 +1,73 @@
+"""Bad input to ``orderedstream run`` / ``demo``: the pack's sentence first (within the first
+300 characters of what the user sees), before Spark starts where it can be checked then."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.app.cli_helpers import assert_reason_first, run_cli
+from tests.fixtures import unique
+
+
+def _run_args(kafka: str, tmp_path: Path, **override: str) -> list[str]:
+    args = {"--bootstrap-servers": kafka, "--output": str(tmp_path / "out"),
+            "--state": str(tmp_path / "state"), "--checkpoint": str(tmp_path / "ckpt"),
+            "--topic-pattern": unique("nothing") + "-.*", **override}
+    return [item for pair in args.items() for item in pair]
+
+
+def test_zero_max_offsets_is_refused_with_the_reason_first(tmp_path: Path) -> None:
+    result = run_cli("run", *_run_args("127.0.0.1:9", tmp_path),
+                     "--max-offsets-per-trigger", "0", "--available-now")
+    assert_reason_first(result, "--max-offsets-per-trigger", "must be > 0", "'none'")
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_bad_trigger_is_an_option_error_before_spark(kafka, tmp_path: Path) -> None:
+    result = run_cli("run", *_run_args(kafka.bootstrap, tmp_path, **{"--trigger": "soon"}))
+    assert_reason_first(result, "OptionError", "--trigger", "'soon'")
+    assert "Spark" not in result.stdout.split("\n")[0]
+
+
+def test_bad_topic_pattern_is_an_option_error(kafka, tmp_path: Path) -> None:
+    result = run_cli("run", *_run_args(kafka.bootstrap, tmp_path, **{"--topic-pattern": "(x"}))
+    assert_reason_first(result, "OptionError", "--topic-pattern", "regular expression")
+
+
+def test_unreachable_kafka_names_the_servers(tmp_path: Path) -> None:
+    result = run_cli("run", *_run_args("127.0.0.1:9", tmp_path), timeout=120)
+    assert_reason_first(result, "KafkaUnavailableError", "127.0.0.1:9")
+
+
+def test_state_in_a_missing_bucket_names_the_url_before_any_record(kafka, s3, tmp_path: Path,
+                                                                     ) -> None:
+    state = f"s3://{unique('no-such-bucket')}/state"
+    result = run_cli("run", *_run_args(kafka.bootstrap, tmp_path, **{"--state": state}),
+                     "--s3-endpoint", s3.endpoint, env=s3.aws_env(), timeout=120)
+    assert_reason_first(result, "LocationError", state, "bucket")
+    assert not (tmp_path / "ckpt").exists()  # refused before the query started
+
+
+def test_output_in_a_missing_bucket_names_the_url(kafka, s3, tmp_path: Path) -> None:
+    output = f"s3://{unique('missing')}/tables/out"
+    result = run_cli("run", *_run_args(kafka.bootstrap, tmp_path, **{"--output": output}),
+                     "--s3-endpoint", s3.endpoint, env=s3.aws_env(), timeout=120)
+    assert_reason_first(result, "LocationError", output)
+
+
+def test_denied_credentials_name_the_url(kafka, s3, tmp_path: Path) -> None:
+    # No credentials at all for an S3 endpoint that needs none is allowed; a local path that
+    # cannot be created (a file in the way) is the portable "denied" case.
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    checkpoint = str(blocker / "ckpt")
+    result = run_cli("run", *_run_args(kafka.bootstrap, tmp_path,
+                                       **{"--checkpoint": checkpoint}), timeout=120)
+    assert_reason_first(result, "LocationError", checkpoint)
+
+
+def test_demo_refuses_a_folder_that_is_not_its_own(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    result = run_cli("demo", "--workdir", str(tmp_path), "--clean")
+    assert_reason_first(result, "OptionError", "--clean refuses", str(tmp_path))
+    assert (tmp_path / "precious.txt").read_text() == "keep me"

@@ -1,0 +1,64 @@
+"""``orderedstream demo`` as a new user runs it: a quiet console, results kept in the work
+folder, queries that work after it exited, and a second run that continues (verified)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+from tests.app.cli_helpers import run_cli
+
+SMALL = ["--sites", "1", "--partitions", "2", "--sessions", "3", "--rows", "3",
+         "--updates", "8", "--max-offsets-per-trigger", "200"]
+NOISE = ("py4j.clientserver", "log4j", "ProcessingTimeExecutor", "DAGScheduler", "rdkafka#",
+         "WARN ", " INFO ")
+
+
+def _printed_commands(output: str) -> dict[str, str]:
+    """The copy-paste commands the demo printed, by the comment line above each."""
+    lines = [line.strip() for line in output.splitlines()]
+    found = {}
+    for label, line in zip(lines, lines[1:], strict=False):
+        if label in ("# DuckDB:", "# Polars:") and not line.startswith("#"):
+            found[label.strip("# :")] = line
+    return found
+
+
+def test_demo_keeps_its_results_and_continues_verified(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    first = run_cli("demo", "--workdir", str(workdir), *SMALL, timeout=900)
+    assert first.returncode == 0, first.stdout[-4000:]
+    out = first.stdout
+    assert out.splitlines()[0] == f"[demo] starting clean in {workdir}"
+    for noise in NOISE:
+        assert noise not in out, f"{noise!r} on the console:\n{out}"
+    assert "[demo] VERIFIED" in out and "clean start" in out
+    assert "rebuilt table" in out
+    assert f"orderedstream services --workdir {workdir}" in out
+    for name in ("output", "checkpoint", "kafka", "s3", "logs"):
+        assert (workdir / name).is_dir(), name
+    assert (workdir / "logs" / "run-1.log").stat().st_size > 0
+
+    # the printed queries work after the demo and its services have stopped
+    commands = _printed_commands(out)
+    assert set(commands) == {"DuckDB", "Polars"}, commands
+    counts = {}
+    for name, command in commands.items():
+        done = subprocess.run(shlex.split(command), capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "change" in done.stdout and "snapshot" in done.stdout, done.stdout
+        counts[name] = done.stdout
+
+    second = run_cli("demo", "--workdir", str(workdir), *SMALL, timeout=900)
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert second.stdout.splitlines()[0].startswith(f"[demo] continuing run 1 in {workdir}")
+    assert "[demo] VERIFIED" in second.stdout and "(continued;" in second.stdout
+    batches = [line for line in second.stdout.splitlines() if " changes checked " in line]
+    first_checked = [line for line in out.splitlines() if " changes checked " in line]
+    # the second verification covers both runs' changes: more than the first one checked
+    checked = [int(line.split(" changes checked")[0].rsplit(" ", 1)[1])
+               for line in (first_checked[0], batches[0])]
+    assert checked[1] > checked[0] > 0
+    assert (workdir / "logs" / "run-2.log").exists()

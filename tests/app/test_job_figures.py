@@ -1,0 +1,104 @@
+"""The pack's figures where monitoring looks (Spark's StreamingQueryProgress, a Prometheus
+file), and the pack's reason first from ``OrderedStateful`` and ``orderedkafka``'s load()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orderedstream.app.job.figures import (
+    OBSERVED_NAME,
+    Figures,
+    FigureTracker,
+    prometheus_text,
+    write_metrics_file,
+)
+from orderedstream.app.job.generator import GeneratorOptions, generate
+from orderedstream.app.job.pipeline import JobOptions, start_job
+from orderedstream.core.errors import OptionError, UserFunctionError, error_summary
+from orderedstream.statestore.ordered import OrderedStateful
+from tests.fixtures import unique
+
+
+def test_observed_metrics_and_tracker_figures_from_a_real_run(spark, kafka, s3, tmp_path: Path,
+                                                              ) -> None:
+    prefix = unique("figs")
+    gen = GeneratorOptions(prefix=prefix, sites=1, late_sites=0, partitions=2,
+                           sessions_per_site=3, rows=2, updates=6, bad_fraction=0.0, seed=5)
+    stats = generate(kafka.bootstrap, gen, create_topic=kafka.create_topic)
+    opts = JobOptions(bootstrap=kafka.bootstrap, output=str(tmp_path / "out"),
+                      state_location=s3.url(unique("figstate")),
+                      checkpoint=str(tmp_path / "ckpt"), topic_pattern=f"{prefix}-.*",
+                      storage_options=s3.storage_options, query_name=unique("figq"))
+    tracker = FigureTracker(tmp_path / "m.prom", labels={"query": "figs"})
+    query, _processor = start_job(spark, opts, once=True, on_batch=tracker.on_result)
+    try:
+        query.awaitTermination(600)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    observed = [p["observedMetrics"][OBSERVED_NAME] for p in query.recentProgress
+                if OBSERVED_NAME in (p.get("observedMetrics") or {})]
+    # Spark's own progress carries the records each batch read (observed on the input)
+    assert sum(int(m["records"]) for m in observed) == stats.records
+    assert 1 <= max(int(m["kafka_partitions"]) for m in observed) <= 2
+    figures = tracker.figures
+    assert figures.records == stats.records
+    assert figures.output_rows > 0 and figures.output_files > 0
+    assert figures.state_bytes > 0 and figures.last_batch_ms > 0
+    assert figures.batches == len(observed)
+    text = (tmp_path / "m.prom").read_text()
+    assert f'orderedstream_records_total{{query="figs"}} {stats.records}\n' in text
+
+
+def test_prometheus_text_and_atomic_replace(tmp_path: Path) -> None:
+    figures = Figures(batches=3, last_batch_id=2, records=10, state_bytes=2048,
+                      last_batch_ms=12.5, updated=1.0)
+    text = prometheus_text(figures, {"query": 'a"b'})
+    assert '# TYPE orderedstream_batches_total counter\n' in text
+    assert 'orderedstream_batches_total{query="a\\"b"} 3\n' in text
+    assert 'orderedstream_last_batch_duration_ms{query="a\\"b"} 12.500\n' in text
+    path = tmp_path / "sub" / "metrics.prom"
+    write_metrics_file(path, "one\n")
+    write_metrics_file(path, text)
+    assert path.read_text() == text
+    assert [p.name for p in path.parent.iterdir()] == ["metrics.prom"]
+
+
+def test_orderedstateful_failure_on_an_executor_raises_the_pack_error_first(
+        spark, kafka, topic, s3, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    name = topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(3):
+        producer.produce(name, key=f"k{i}".encode(), value=b"v")
+    producer.flush(30)
+    batch = (spark.read.format("orderedkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+             .option("subscribe", name).load())
+
+    def bad(key, record, state):  # three fields for a two-field schema
+        return [(key.decode(), "ok", "extra")]
+
+    processor = OrderedStateful(bad, state_location=s3.url(unique("badstate")),
+                                output=str(tmp_path / "out"),
+                                output_schema="key string, status string",
+                                storage_options=s3.storage_options, placement="off")
+    with pytest.raises(UserFunctionError) as info:
+        processor.process_batch(batch, 0)
+    text = str(info.value)
+    assert text.startswith("the ordered user function returned rows"), text[:300]
+    assert "in batch 0's ordered stage" in text
+    assert info.value.__cause__ is not None  # Spark's trace, after the reason
+
+
+def test_orderedkafka_options_fail_at_load_with_the_pack_reason(spark, kafka) -> None:
+    with pytest.raises(Exception) as info:
+        (spark.readStream.format("orderedkafka")
+         .option("kafka.bootstrap.servers", kafka.bootstrap)
+         .option("subscribe", "t").option("startingOffsets", "bogus").load())
+    assert "UnboundLocalError" not in str(info.value)
+    summary = error_summary(info.value)
+    assert summary is not None and summary.startswith("OptionError: option 'startingOffsets'")
+    assert isinstance(OptionError(summary), OptionError)
