@@ -19,7 +19,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from orderedstream.app.job.pipeline import JobOptions, start_job
-from orderedstream.core.commitlog import CommitLog
+from orderedstream.sinks.deltalog import BatchLog, DeltaOutput, open_batch_log
 from orderedstream.statestore.ordered.plan import EXTRA_KEY
 from orderedstream.statestore.ordered.replay import replay
 from tests.fixtures import unique
@@ -87,12 +87,13 @@ def job_run(spark_sessions: Any, kafka: Any, s3: Any,
         query, _processor = start_job(spark, opts, once=True)
         query.awaitTermination(300)
         assert query.exception() is None, query.exception()
-    log = CommitLog(opts.output, s3.storage_options)
+    log = open_batch_log(opts.output, s3.storage_options)  # the job's default: Delta
+    assert type(log).__name__ == "DeltaBatchLog"
     return {"opts": opts, "topic": topic, "log": log, "s3": s3, "kafka": kafka,
             "workdir": workdir}
 
 
-def _tasks(log: CommitLog, batch_id: int) -> dict[str, Any]:
+def _tasks(log: BatchLog, batch_id: int) -> dict[str, Any]:
     record = log.get(batch_id)
     assert record is not None
     return record.extra[EXTRA_KEY]["tasks"]
@@ -228,9 +229,7 @@ def test_changed_function_shows_the_expected_diff(job_run: dict[str, Any]) -> No
 
 
 def _committed_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    from orderedstream.sinks.table import FencedTable
-
-    return (FencedTable(run["opts"].output, storage_options=run["s3"].storage_options)
+    return (DeltaOutput(run["opts"].output, storage_options=run["s3"].storage_options)
             .to_arrow().select(["kind", "topic", "partition", "offset", "op"]).to_pylist())
 
 
