@@ -133,7 +133,8 @@ class ConsumerPool:
             self._close(entry.consumer)
 
     def _close(self, consumer: Any) -> None:
-        self.stats.closed += 1
+        with self._lock:
+            self.stats.closed += 1
         try:
             consumer.close()
         except Exception as exc:  # noqa: BLE001 - closing is best effort

@@ -3,6 +3,8 @@ tests/conftest.py); their helpers are in ``tests.python_datasource.source_helper
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -12,3 +14,12 @@ def reader(request: pytest.FixtureRequest) -> str:
     (never skips) when ``orderedstream._kafka_native`` is not built: scripts/bootstrap.sh
     builds it, and a failed build must show."""
     return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _close_pooled_consumers() -> Iterator[None]:
+    """Each test leaves no pooled consumer behind (the broker may stop before the process)."""
+    yield
+    from orderedstream.python_datasource.consumer_pool import POOL
+
+    POOL.clear()
