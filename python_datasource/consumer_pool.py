@@ -9,9 +9,13 @@ consumer's delivery stopped no seek is needed, otherwise it is re-assigned to th
 consumer that failed is closed, never pooled. The pool is bounded (least recently used closed
 first) and consumers idle longer than the timeout are closed by a daemon thread.
 
-Memory: an idle consumer is paused (no prefetching; librdkafka drops what it had queued and
-resumes from the last delivered offset + 1), so it holds connections, not records.
-``kafkaConsumer.cacheCapacity`` = 0 turns pooling off.
+Memory: an idle consumer keeps prefetching up to librdkafka's queue bound
+(``queued.max.messages.kbytes``: 64 MiB per consumer by default here, lowered with
+``kafka.queued.max.messages.kbytes``), so the next batch's records are usually in memory already
+(a range of 100 records then takes well under a millisecond instead of a new consumer's tens of
+milliseconds, ``benchmarks/profile_source_reader.py``). The pool's worst case is therefore
+``kafkaConsumer.cacheCapacity`` times that bound; 0 turns pooling off. (Pausing idle consumers
+was measured: librdkafka's resume then waits ``fetch.wait.max.ms``, 500 ms per range.)
 """
 
 from __future__ import annotations
@@ -81,7 +85,6 @@ class ConsumerPool:
             return consumer
         self.stats.reused += 1
         try:
-            idle.consumer.pause(False)
             if idle.next_offset != start:
                 idle.consumer.assign(start)
                 self.stats.seeks += 1
@@ -97,11 +100,6 @@ class ConsumerPool:
             self._close(consumer)
             return
         consumer.errors = _idle_error  # no reader to tell: a broker restart is not news
-        try:
-            consumer.pause(True)  # no prefetching while idle: memory stays bounded
-        except Exception:  # noqa: BLE001 - a consumer that cannot pause is not kept
-            self._close(consumer)
-            return
         with self._lock:
             previous = self._idle.pop(key, None)
             self._idle[key] = _Idle(consumer, next_offset)

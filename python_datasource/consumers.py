@@ -111,9 +111,6 @@ class PythonConsumer:
     def assign(self, offset: int) -> None:
         self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
 
-    def pause(self, paused: bool) -> None:
-        (self._consumer.pause if paused else self._consumer.resume)([self._tp])
-
     def watermarks(self, timeout_s: float) -> tuple[int, int]:
         low, high = self._consumer.get_watermark_offsets(self._tp, timeout=timeout_s,
                                                          cached=False)
@@ -206,9 +203,6 @@ class NativeConsumer:
 
     def assign(self, offset: int) -> None:
         _raise_on(self._consumer.assign(self.topic, self.partition, offset), "assign")
-
-    def pause(self, paused: bool) -> None:
-        _raise_on(self._consumer.pause(self.topic, self.partition, paused), "pause")
 
     def watermarks(self, timeout_s: float) -> tuple[int, int]:
         code, text, low, high = self._consumer.watermarks(self.topic, self.partition,

@@ -368,24 +368,6 @@ impl Consumer {
         }))
     }
 
-    /// Pauses (true) or resumes (false) fetching of the partition; returns the error code.
-    /// A pooled consumer is paused so that it stops prefetching (its memory stays bounded);
-    /// on resume librdkafka fetches again from the last delivered offset + 1.
-    fn pause(&mut self, topic: &str, partition: i32, paused: bool) -> PyResult<i32> {
-        let rk = self.handle()?;
-        let list = Self::partition_list(topic, partition, -1001)?;
-        unsafe {
-            let err = if paused {
-                rd::rd_kafka_pause_partitions(rk, list.0)
-            } else {
-                rd::rd_kafka_resume_partitions(rk, list.0)
-            };
-            let part = (*(*list.0).elems).err;
-            rd::rd_kafka_topic_partition_list_destroy(list.0);
-            Ok(if err as i32 != 0 { err as i32 } else { part as i32 })
-        }
-    }
-
     /// (error code, low, high) of the partition, asked from the broker.
     fn watermarks(&mut self, py: Python<'_>, topic: &str, partition: i32, timeout_ms: i32) -> PyResult<(i32, String, i64, i64)> {
         let rk = Raw(self.handle()?);
