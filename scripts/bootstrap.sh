@@ -56,7 +56,9 @@ fi
 if ! "$venv/bin/python" -c "import orderedstream._kafka_native" 2>/dev/null; then
   echo "bootstrap: WARNING: the native Kafka reader (orderedstream._kafka_native) is not" \
        "built; reading falls back to confluent-kafka and the native reader's tests will" \
-       "fail. It needs cargo (Rust), a C compiler and libssl-dev; see the pip output above." >&2
+       "fail. It needs cargo (Rust), a C compiler and libssl-dev; to see why, run:" \
+       "CARGO_TARGET_DIR=$CARGO_TARGET_DIR $venv/bin/pip install -v -e . --no-deps" \
+       "--config-settings editable_mode=strict" >&2
 fi
 
 # Kafka's broker jars (cached in ~/.cache/orderedstream; a marker makes this free next time).
