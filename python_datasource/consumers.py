@@ -10,7 +10,9 @@ which keeps every decision (range ends, loss checks, errors): per fetch the reco
 first/last offsets and whether they ascend, the events (``KafkaError`` with its offset: EOF,
 out of range, transport errors), and the records before the range end as an Arrow batch.
 Errors librdkafka reports through ``error_cb`` go to the consumer's current
-:class:`ClientErrors` (a pooled consumer serves one reader after another).
+:class:`ClientErrors` (a pooled consumer serves one reader after another). The native path
+never imports confluent-kafka (tens of milliseconds per worker start) until an error is raised
+as confluent-kafka's ``KafkaException``, the class both readers raise.
 """
 
 from __future__ import annotations
@@ -20,13 +22,19 @@ import logging
 from typing import Any, Literal
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from orderedstream.python_datasource.client_config import ClientErrors, Settings
 
 log = logging.getLogger(__name__)
 
 ReaderKind = Literal["native", "python", "auto"]
+
+# librdkafka error codes the reader tells apart (confluent_kafka.KafkaError's constants).
+PARTITION_EOF = -191
+AUTO_OFFSET_RESET = -140
+OFFSET_OUT_OF_RANGE = 1
+TRANSPORT = -195
+ALL_BROKERS_DOWN = -187
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 _TIMESTAMP = pa.timestamp("us", "UTC")
@@ -77,6 +85,44 @@ def resolve(kind: ReaderKind) -> Literal["native", "python"]:
     return "python"
 
 
+class NativeError:
+    """A librdkafka error as the native reader reports it, with the methods of
+    ``confluent_kafka.KafkaError`` that the reader and :class:`ClientErrors` use."""
+
+    __slots__ = ("_code", "_reason")
+
+    def __init__(self, code: int, reason: str) -> None:
+        self._code, self._reason = code, reason
+
+    def code(self) -> int:
+        return self._code
+
+    def name(self) -> str:
+        return str(native_module().err_name(self._code))
+
+
+    def retriable(self) -> bool:
+        return False  # as confluent-kafka's KafkaError of a message or error_cb event
+
+    def fatal(self) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return f'KafkaError{{code={self.name()},val={self._code},str="{self._reason}"}}'
+
+    def str(self) -> str:  # noqa: A003 - confluent-kafka's name
+        return self._reason
+
+
+def kafka_exception(err: Any) -> Exception:
+    """confluent-kafka's ``KafkaException`` for ``err`` (what both readers raise)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if isinstance(err, NativeError):
+        err = KafkaError(err.code(), err.str())
+    return KafkaException(err)
+
+
 class Fetch:
     """What one consume call returned (see the module docstring)."""
 
@@ -101,14 +147,21 @@ class PythonConsumer:
 
     def __init__(self, settings: Settings, topic: str, partition: int,
                  errors: ClientErrors) -> None:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
         self.topic, self.partition, self.errors = topic, partition, errors
         self._tp = TopicPartition(topic, partition)
-        self._consumer: Any = Consumer(settings, error_cb=self._on_error)
+        try:
+            self._consumer: Any = Consumer(settings, error_cb=self._on_error)
+        except (KafkaException, ValueError, TypeError) as exc:  # a refused setting
+            raise ValueError(str(exc)) from None
 
     def _on_error(self, err: Any) -> None:
         self.errors(err)
 
     def assign(self, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
         self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
 
     def watermarks(self, timeout_s: float) -> tuple[int, int]:
@@ -195,11 +248,11 @@ class NativeConsumer:
         try:
             self._consumer = native_module().Consumer(pairs)
         except ValueError as exc:  # librdkafka refused a setting: as confluent-kafka says it
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, str(exc))) from None
+            raise ValueError(str(NativeError(-186, str(exc)))) from None  # _INVALID_ARG
 
     def _drain_errors(self) -> None:
         for code, reason in self._consumer.take_errors():
-            self.errors(KafkaError(code, reason))
+            self.errors(NativeError(code, reason))
 
     def assign(self, offset: int) -> None:
         _raise_on(self._consumer.assign(self.topic, self.partition, offset), "assign")
@@ -209,7 +262,7 @@ class NativeConsumer:
                                                           int(timeout_s * 1000))
         self._drain_errors()
         if code:
-            raise KafkaException(KafkaError(code, text))
+            raise kafka_exception(NativeError(code, text))
         return low, high
 
     def position(self) -> int:
@@ -221,7 +274,7 @@ class NativeConsumer:
         total, kept, first, last, increasing, head, raw_events, buffers = \
             self._consumer.consume(want, int(timeout_s * 1000), end, headers)
         self._drain_errors()
-        events = [(KafkaError(code, text), offset) for code, offset, text in raw_events]
+        events = [(NativeError(code, text), offset) for code, offset, text in raw_events]
 
         def build(schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
             return _native_batch(kept, buffers, schema, topic, partition, headers)
@@ -241,7 +294,8 @@ def _setting(value: str | int | float | bool) -> str:
 
 def _raise_on(code: int, what: str) -> None:
     if code:
-        raise KafkaException(KafkaError(code, f"{what}: {KafkaError(code).str()}"))
+        name = native_module().err_name(code)
+        raise kafka_exception(NativeError(code, f"{what} failed ({name})"))
 
 
 def _binary(kind: pa.DataType, n: int, parts: tuple[Any, ...]) -> pa.Array:

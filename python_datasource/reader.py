@@ -28,7 +28,18 @@ from orderedstream.python_datasource.client_config import (
     consumer_settings,
 )
 from orderedstream.python_datasource.consumer_pool import POOL
-from orderedstream.python_datasource.consumers import HEADER_TYPE, Fetch, open_consumer, resolve
+from orderedstream.python_datasource.consumers import (
+    ALL_BROKERS_DOWN,
+    AUTO_OFFSET_RESET,
+    HEADER_TYPE,
+    OFFSET_OUT_OF_RANGE,
+    PARTITION_EOF,
+    TRANSPORT,
+    Fetch,
+    kafka_exception,
+    open_consumer,
+    resolve,
+)
 from orderedstream.python_datasource.options import OrderedKafkaOptions
 from orderedstream.python_datasource.planning import Loss, OffsetRange, enforce
 
@@ -68,8 +79,6 @@ class RangeReader:
 
     # -- consumer ------------------------------------------------------------------------
     def _open(self) -> Any:
-        from confluent_kafka import KafkaException
-
         settings = consumer_config(self.options)  # OptionError when secrets were dropped
         key = (self.kind, tuple(sorted(settings.items())), self.rng.topic, self.rng.partition)
         POOL.configure(capacity=self.options.consumer_cache_capacity,
@@ -79,7 +88,7 @@ class RangeReader:
             try:
                 return open_consumer(self.kind, settings, self.rng.topic, self.rng.partition,
                                      self._errors)
-            except (KafkaException, ValueError, TypeError) as exc:
+            except (ValueError, TypeError) as exc:  # a setting librdkafka refused
                 raise client_error(exc, self.options.secrets) from None  # no chained secrets
 
         consumer = POOL.acquire(key, self.rng.start, create)
@@ -168,14 +177,12 @@ class RangeReader:
                        ) -> tuple[bool, int | None]:
         """Handle EOF and out-of-range events; return whether the fetch's records count
         (not after an out-of-range reset) and the EOF offset."""
-        from confluent_kafka import KafkaError, KafkaException
-
         eof: int | None = None
         for err, offset in events:
-            if err.code() == KafkaError._PARTITION_EOF:
+            if err.code() == PARTITION_EOF:
                 eof = offset
                 self._delivered = offset
-            elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            elif err.code() in (AUTO_OFFSET_RESET, OFFSET_OUT_OF_RANGE):
                 low, high = self._watermarks()
                 if self.next_offset < low:
                     jump = min(low, self.rng.end)
@@ -189,11 +196,11 @@ class RangeReader:
                 if self.next_offset < self.rng.end:
                     self._assign(self.next_offset)
                 return False, None
-            elif err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN) or (
+            elif err.code() in (TRANSPORT, ALL_BROKERS_DOWN) or (
                     err.retriable() and not err.fatal()):
                 log.warning("orderedkafka: %s: %s (retrying)", self.rng.describe(), err)
             else:
-                raise KafkaException(err)
+                raise kafka_exception(err)
         return records, eof
 
     def _reached_eof(self, eof: int) -> None:

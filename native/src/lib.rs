@@ -502,6 +502,26 @@ impl Drop for Consumer {
     }
 }
 
+/// librdkafka's name of an error code (e.g. `_PARTITION_EOF`), as confluent-kafka names it.
+#[pyfunction]
+fn err_name(code: i32) -> String {
+    // rd_kafka_err2name takes the enum; an unknown code must not be transmuted into it.
+    unsafe {
+        let desc_ptr = {
+            let mut descs: *const rd::rd_kafka_err_desc = ptr::null();
+            let mut count = 0usize;
+            rd::rd_kafka_get_err_descs(&mut descs, &mut count);
+            std::slice::from_raw_parts(descs, count)
+        };
+        for d in desc_ptr {
+            if d.code as i32 == code && !d.name.is_null() {
+                return CStr::from_ptr(d.name).to_string_lossy().into_owned();
+            }
+        }
+    }
+    format!("ERR_{code}")
+}
+
 /// librdkafka's version string (what the extension was built with).
 #[pyfunction]
 fn librdkafka_version() -> String {
@@ -512,5 +532,6 @@ fn librdkafka_version() -> String {
 fn _kafka_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Consumer>()?;
     m.add_function(wrap_pyfunction!(librdkafka_version, m)?)?;
+    m.add_function(wrap_pyfunction!(err_name, m)?)?;
     Ok(())
 }
