@@ -27,6 +27,10 @@ stamp="$venv/.orderedstream-installed"
 # so only the first build compiles librdkafka (minutes) and later ones take seconds.
 # ORDEREDSTREAM_CARGO_TARGET_DIR overrides it.
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/orderedstream"
+# rustup installs cargo in ~/.cargo/bin, which a non-login shell (CI) may not have on PATH.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
+  export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+fi
 export CARGO_TARGET_DIR="${ORDEREDSTREAM_CARGO_TARGET_DIR:-$cache/cargo-target}"
 # An editable install in setuptools' strict mode: a tree of links to the package files, which
 # Spark's pkgutil-based Data Source discovery sees like any site-packages folder. A file added

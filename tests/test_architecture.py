@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -161,6 +162,9 @@ def test_wheel_installs_one_root_and_the_registration_modules(tmp_path: Path) ->
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "orderedstream"
     env = {**os.environ, "CARGO_TARGET_DIR": os.environ.get(
         "ORDEREDSTREAM_CARGO_TARGET_DIR", str(cache / "cargo-target"))}
+    cargo_bin = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo")) / "bin"
+    if shutil.which("cargo") is None and (cargo_bin / "cargo").exists():  # as bootstrap.sh
+        env["PATH"] = f"{cargo_bin}{os.pathsep}{env.get('PATH', '')}"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                     "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True,
                    env=env)
