@@ -2,7 +2,8 @@
 
 Option names and meanings follow Spark's Kafka source (spark-sql-kafka-0-10); a few options of
 our own (``integrity``, ``topicDiscoveryIntervalMs``, ``commitOffsetsToGroup``,
-``brokerTimeoutMs``, ``arrowBatchMaxRecords``, ``arrowBatchMaxBytes``, ``emit``) are added.
+``brokerTimeoutMs``, ``arrowBatchMaxRecords``, ``arrowBatchMaxBytes``, ``emit``, ``reader``,
+``kafkaConsumer.cacheCapacity``, ``kafkaConsumer.cacheTimeoutMs``) are added.
 Every error names the option and what it accepts. ``kafka.*`` client settings are translated by
 ``client_config``, which also keeps their secret values apart (never in ``repr``). The parsed
 object is plain data: Spark pickles it to executors.
@@ -42,7 +43,8 @@ _SOURCE_OPTIONS = {
         "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
         "kafkaConsumer.pollTimeoutMs",
         "topicDiscoveryIntervalMs", "commitOffsetsToGroup", "brokerTimeoutMs",
-        "arrowBatchMaxRecords", "arrowBatchMaxBytes", "emit",
+        "arrowBatchMaxRecords", "arrowBatchMaxBytes", "emit", "reader",
+        "kafkaConsumer.cacheCapacity", "kafkaConsumer.cacheTimeoutMs",
     )
 }
 
@@ -94,6 +96,13 @@ class OrderedKafkaOptions:
     broker_timeout_ms: int = 120_000
     arrow_batch_max_records: int = 10_000
     arrow_batch_max_bytes: int = 16 * 1024 * 1024
+    reader: Literal["native", "python", "auto"] = "auto"
+    """``native``: the Rust/librdkafka reader (``orderedstream._kafka_native``); ``python``:
+    confluent-kafka; ``auto``: native when the extension loads, else python (logged once)."""
+    consumer_cache_capacity: int = 16
+    """Idle Kafka consumers a Python worker keeps for the next batches (0: none)."""
+    consumer_cache_timeout_ms: int = 5 * 60_000
+    """An idle pooled consumer is closed after this long (Spark's cache timeout)."""
     emit: Literal["records", "ranges"] = "records"
     """``ranges``: each row is one task's offset range, read later by the consumer of the
     DataFrame in its own Python worker (``OrderedStateful``), with no JVM hop per record."""
@@ -353,6 +362,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Orde
     if emit not in ("records", "ranges"):
         raise _bad("emit", opts.get("emit"), "'records' (Kafka rows) or 'ranges' (one row per "
                    "task's offset range, for OrderedStateful)")
+    reader = str(opts.get("reader", "auto")).strip().lower()
+    if reader not in ("native", "python", "auto"):
+        raise _bad("reader", opts.get("reader"), "'auto' (native when built, else python), "
+                   "'native' (Rust/librdkafka, orderedstream._kafka_native) or 'python' "
+                   "(confluent-kafka)")
+    cache_capacity = _int(opts, "kafkaConsumer.cacheCapacity", minimum=0)
     commit_group = opts.get("commitoffsetstogroup")
     if commit_group is not None and not str(commit_group).strip():
         raise _bad("commitOffsetsToGroup", commit_group, "a non-empty consumer group id")
@@ -375,4 +390,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Orde
         arrow_batch_max_records=_int(opts, "arrowBatchMaxRecords") or 10_000,
         arrow_batch_max_bytes=_int(opts, "arrowBatchMaxBytes") or 16 * 1024 * 1024,
         emit=emit,  # type: ignore[arg-type]
+        reader=reader,  # type: ignore[arg-type]
+        consumer_cache_capacity=16 if cache_capacity is None else cache_capacity,
+        consumer_cache_timeout_ms=_int(opts, "kafkaConsumer.cacheTimeoutMs") or 5 * 60_000,
     )

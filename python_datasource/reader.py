@@ -1,16 +1,18 @@
-"""Executor side: read one offset range with one confluent_kafka Consumer, as Arrow batches.
+"""Executor side: read one offset range with one Kafka consumer, as Arrow batches.
 
-Runs inside Spark's Python worker on an executor. One consumer per task: assign + seek to the
-range start, consume in chunks, build ``pyarrow.RecordBatch``es column-wise (no Python row
-objects), and stop exactly at the range end. Checks on the way: offsets strictly increase, a
-jump past the start is loss only when the log start moved past it (otherwise it is a
-transaction marker, an aborted record or a compacted key), and the consumer's position must
-reach the planned end. The consumer is always closed.
+Runs inside Spark's Python worker on an executor (or the ordered stage's, for ``emit =
+ranges``). The consumer is the native one (``orderedstream._kafka_native``: librdkafka batches
+laid out as Arrow buffers, no Python object per record) or confluent-kafka's, per the option
+``reader`` (``consumers``); it comes from the worker's pool (``consumer_pool``), positioned at
+the range start. The reader consumes in chunks, builds bounded ``pyarrow.RecordBatch``es and
+stops exactly at the range end. Checks on the way: offsets strictly increase, a jump past the
+start is loss only when the log start moved past it (otherwise it is a transaction marker, an
+aborted record or a compacted key), and the consumer's position must reach the planned end. A
+consumer that finished cleanly goes back to the pool; one that failed is closed.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
 from collections.abc import Iterator
@@ -25,13 +27,23 @@ from orderedstream.python_datasource.client_config import (
     client_error,
     consumer_settings,
 )
+from orderedstream.python_datasource.consumer_pool import POOL
+from orderedstream.python_datasource.consumers import (
+    ALL_BROKERS_DOWN,
+    AUTO_OFFSET_RESET,
+    HEADER_TYPE,
+    OFFSET_OUT_OF_RANGE,
+    PARTITION_EOF,
+    TRANSPORT,
+    Fetch,
+    kafka_exception,
+    open_consumer,
+    resolve,
+)
 from orderedstream.python_datasource.options import OrderedKafkaOptions
 from orderedstream.python_datasource.planning import Loss, OffsetRange, enforce
 
 log = logging.getLogger(__name__)
-
-HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
     """Arrow schema equal to Spark's ``to_arrow_schema`` of the source's declared schema."""
@@ -59,36 +71,41 @@ class RangeReader:
         self.schema = arrow_schema(options.include_headers)
         self.next_offset = rng.start  # every offset below this was delivered or skipped legally
         self.records = 0
+        self.kind = resolve(options.reader)  # OptionError for 'native' without the extension
         self._consumer: Any = None
+        self._delivered = -1  # the offset the consumer delivers next without a seek (-1: ?)
         self._chunk = max(1, options.arrow_batch_max_records)
         self._errors = ClientErrors(f"reading {rng.describe()}", options.secrets)
 
     # -- consumer ------------------------------------------------------------------------
     def _open(self) -> Any:
-        from confluent_kafka import Consumer, KafkaException
-
         settings = consumer_config(self.options)  # OptionError when secrets were dropped
-        try:
-            consumer = Consumer(settings, error_cb=self._errors)
-        except (KafkaException, ValueError, TypeError) as exc:
-            raise client_error(exc, self.options.secrets) from None  # no chained secrets
-        self._assign(consumer, self.rng.start)
+        key = (self.kind, tuple(sorted(settings.items())), self.rng.topic, self.rng.partition)
+        POOL.configure(capacity=self.options.consumer_cache_capacity,
+                       idle_timeout_s=self.options.consumer_cache_timeout_ms / 1000)
+
+        def create() -> Any:
+            try:
+                return open_consumer(self.kind, settings, self.rng.topic, self.rng.partition,
+                                     self._errors)
+            except (ValueError, TypeError) as exc:  # a setting librdkafka refused
+                raise client_error(exc, self.options.secrets) from None  # no chained secrets
+
+        consumer = POOL.acquire(key, self.rng.start, create)
+        consumer.errors = self._errors  # a pooled consumer reports to its current reader
+        self._delivered = self.rng.start
+        self._key = key
         return consumer
 
-    def _assign(self, consumer: Any, offset: int) -> None:
-        from confluent_kafka import TopicPartition
-
-        consumer.assign([TopicPartition(self.rng.topic, self.rng.partition, offset)])
+    def _assign(self, offset: int) -> None:
+        self._consumer.assign(offset)
+        self._delivered = offset
 
     def _watermarks(self) -> tuple[int, int]:
-        from confluent_kafka import TopicPartition
-
-        tp = TopicPartition(self.rng.topic, self.rng.partition)
         deadline = time.monotonic() + self.options.broker_timeout_ms / 1000
         while True:
             try:
-                low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-                return int(low), int(high)
+                return self._consumer.watermarks(10)  # type: ignore[no-any-return]
             except Exception as exc:  # noqa: BLE001 - KafkaException while the broker is away
                 self._errors.check()
                 if time.monotonic() > deadline:
@@ -108,25 +125,27 @@ class RangeReader:
         if rng.end <= rng.start:
             return
         self._consumer = self._open()
+        clean = False
         try:
             idle_since = time.monotonic()
             while self.next_offset < rng.end:
                 want = min(self._chunk, rng.end - self.next_offset)
-                msgs = self._consumer.consume(num_messages=want, timeout=1.0)
+                fetch = self._consumer.consume(want, 1.0, rng.end, self.options.include_headers)
                 self._errors.check()  # consume() served error_cb: a refused login fails now
                 eof = None
-                if msgs:
-                    errors = [m.error() for m in msgs]
-                    if any(errors):
-                        msgs, eof = self._handle_events(msgs, errors)
-                if msgs:
+                records = fetch.total > 0
+                if records:
+                    self._delivered = fetch.last + 1
+                if fetch.events:
+                    records, eof = self._handle_events(fetch.events, records)
+                if records:
                     idle_since = time.monotonic()
-                    batch = self._to_batch(msgs)
+                    batch = self._to_batch(fetch)
                     if batch is not None:
                         yield batch
                 if eof is not None:
                     self._reached_eof(eof)
-                if not msgs and self.next_offset < rng.end:
+                if not records and self.next_offset < rng.end:
                     if self._position_reached():
                         break
                     if time.monotonic() - idle_since > self.options.poll_timeout_ms / 1000:
@@ -134,9 +153,13 @@ class RangeReader:
                             f"reading {rng.describe()}: no progress past offset "
                             f"{self.next_offset} for kafkaConsumer.pollTimeoutMs="
                             f"{self.options.poll_timeout_ms}; the broker may be down")
+            clean = True
         finally:
             consumer, self._consumer = self._consumer, None
-            consumer.close()
+            if clean:
+                POOL.release(self._key, consumer, self._delivered)
+            else:
+                POOL.discard(consumer)
         if self.next_offset < rng.end:
             raise DataLossError(f"reading {rng.describe()}: stopped at offset "
                                 f"{self.next_offset} before the planned end")
@@ -144,27 +167,22 @@ class RangeReader:
     def _position_reached(self) -> bool:
         """True when the consumer's fetch position passed the end without a record there
         (trailing transaction markers / aborted records / compacted keys)."""
-        from confluent_kafka import TopicPartition
-
-        pos = self._consumer.position([TopicPartition(self.rng.topic, self.rng.partition)])
-        offset = pos[0].offset if pos else -1
-        if offset >= self.rng.end:
+        if self._consumer.position() >= self.rng.end:
             self.next_offset = self.rng.end
+            self._delivered = -1  # control records: let the next reader seek
             return True
         return False
 
-    def _handle_events(self, msgs: list[Any], errors: list[Any]) -> tuple[list[Any], int | None]:
-        """Split off EOF and out-of-range events; return the real records and the EOF offset."""
-        from confluent_kafka import KafkaError, KafkaException
-
-        records = []
+    def _handle_events(self, events: list[tuple[Any, int]], records: bool,
+                       ) -> tuple[bool, int | None]:
+        """Handle EOF and out-of-range events; return whether the fetch's records count
+        (not after an out-of-range reset) and the EOF offset."""
         eof: int | None = None
-        for msg, err in zip(msgs, errors):
-            if err is None:
-                records.append(msg)
-            elif err.code() == KafkaError._PARTITION_EOF:
-                eof = msg.offset()
-            elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+        for err, offset in events:
+            if err.code() == PARTITION_EOF:
+                eof = offset
+                self._delivered = offset
+            elif err.code() in (AUTO_OFFSET_RESET, OFFSET_OUT_OF_RANGE):
                 low, high = self._watermarks()
                 if self.next_offset < low:
                     jump = min(low, self.rng.end)
@@ -174,14 +192,15 @@ class RangeReader:
                 elif self.next_offset > high:
                     self._loss(high, self.rng.end, "offsets went back (log truncated)")
                     self.next_offset = self.rng.end
+                self._delivered = -1
                 if self.next_offset < self.rng.end:
-                    self._assign(self._consumer, self.next_offset)
-                return [], None
-            elif err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN) or (
+                    self._assign(self.next_offset)
+                return False, None
+            elif err.code() in (TRANSPORT, ALL_BROKERS_DOWN) or (
                     err.retriable() and not err.fatal()):
                 log.warning("orderedkafka: %s: %s (retrying)", self.rng.describe(), err)
             else:
-                raise KafkaException(err)
+                raise kafka_exception(err)
         return records, eof
 
     def _reached_eof(self, eof: int) -> None:
@@ -196,65 +215,30 @@ class RangeReader:
                        "(log truncated)")
             self.next_offset = self.rng.end
 
-    def _to_batch(self, msgs: list[Any]) -> pa.RecordBatch | None:
-        """Column-wise Arrow batch of the records in [next_offset, end); checks order/gaps."""
+    def _to_batch(self, fetch: Fetch) -> pa.RecordBatch | None:
+        """Arrow batch of the fetched records in [next_offset, end); checks order/gaps."""
         rng = self.rng
-        offsets = [m.offset() for m in msgs]
-        first = offsets[0]
-        if first < self.next_offset or any(b <= a for a, b in zip(offsets, offsets[1:])):
+        first = fetch.first
+        if first < self.next_offset or not fetch.increasing:
             raise DataLossError(f"reading {rng.describe()}: offsets not strictly increasing "
-                                f"after {self.next_offset}: got {offsets[:5]}...")
+                                f"after {self.next_offset}: got {fetch.head}...")
         if first > self.next_offset and self.next_offset == rng.start:
             low, _ = self._watermarks()
             if low > self.next_offset:
                 self._loss(self.next_offset, min(low, rng.end),
                            f"retention deleted unread records (log starts at {low})")
-        cut = bisect.bisect_left(offsets, rng.end)
-        if cut < len(offsets):
-            msgs, offsets = msgs[:cut], offsets[:cut]
+        if fetch.kept < fetch.total:
             self.next_offset = rng.end
         else:
-            self.next_offset = offsets[-1] + 1
-        if not msgs:
+            self.next_offset = fetch.last + 1
+        if not fetch.kept:
             return None
-        n = len(msgs)
-        stamps = [m.timestamp() for m in msgs]
-        columns = [
-            pa.array([m.key() for m in msgs], pa.binary()),
-            pa.array([m.value() for m in msgs], pa.binary()),
-            pa.array([rng.topic] * n, pa.string()),
-            pa.array([rng.partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array([s[1] * 1000 for s in stamps], pa.int64()).cast(pa.timestamp("us", "UTC")),
-            pa.array([s[0] - 1 for s in stamps], pa.int32()),
-        ]
-        if self.options.include_headers:
-            columns.append(_headers([m.headers() for m in msgs]))
-        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
-        self.records += n
+        batch = fetch.batch(self.schema, rng.topic, rng.partition)
+        self.records += fetch.kept
         if batch.nbytes > self.options.arrow_batch_max_bytes and self._chunk > 1:
             self._chunk = max(1, int(self._chunk * self.options.arrow_batch_max_bytes
                                      / batch.nbytes))
         return batch
-
-
-def _headers(values: list[list[tuple[str, bytes]] | None]) -> pa.Array:
-    """headers column: list<struct<key string, value binary>>, null when a record has none."""
-    offsets = [0]
-    keys: list[str] = []
-    vals: list[bytes | None] = []
-    mask = []
-    for hs in values:
-        if hs:
-            for k, v in hs:
-                keys.append(k)
-                vals.append(v)
-        offsets.append(len(keys))
-        mask.append(not hs)
-    items = pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(vals, pa.binary())],
-                                       fields=list(HEADER_TYPE.value_type))
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items,
-                                    type=HEADER_TYPE, mask=pa.array(mask, pa.bool_()))
 
 
 def read_range(rng: OffsetRange, options: OrderedKafkaOptions) -> Iterator[pa.RecordBatch]:

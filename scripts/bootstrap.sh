@@ -21,12 +21,26 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
 stamp="$venv/.orderedstream-installed"
+# The native Kafka reader (native/: Rust, pyo3, librdkafka vendored by rdkafka-sys) is built by
+# the same install (setuptools-rust). Cargo's target folder lives under ~/.cache/orderedstream,
+# shared by every clone on this machine and by the wheel build of tests/test_architecture.py,
+# so only the first build compiles librdkafka (minutes) and later ones take seconds.
+# ORDEREDSTREAM_CARGO_TARGET_DIR overrides it.
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/orderedstream"
+# rustup installs cargo in ~/.cargo/bin, which a non-login shell (CI) may not have on PATH.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
+  export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+fi
+export CARGO_TARGET_DIR="${ORDEREDSTREAM_CARGO_TARGET_DIR:-$cache/cargo-target}"
 # An editable install in setuptools' strict mode: a tree of links to the package files, which
 # Spark's pkgutil-based Data Source discovery sees like any site-packages folder. A file added
-# or removed needs a new link tree, so the stamp covers the list of package files too.
+# or removed needs a new link tree, so the stamp covers the list of package files too; the
+# native crate's sources are covered by content.
 want=$( { cat pyproject.toml constraints.txt;
           find src python_datasource statestore sinks -type f \( -name '*.py' -o -name py.typed \
-               -o -path '*/resources/*' \) | LC_ALL=C sort; } | sha256sum | cut -c1-16)
+               -o -path '*/resources/*' \) | LC_ALL=C sort;
+          find native -type f \( -name '*.rs' -o -name 'Cargo.*' \) | LC_ALL=C sort | xargs cat;
+          command -v cargo || true; } | sha256sum | cut -c1-16)
 # pip's and setuptools' own output (the editable-install banner included) goes to a log file,
 # shown only when a step fails.
 pip_log="$venv/bootstrap-pip.log"
@@ -43,10 +57,26 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "bootstrap: installing Python packages pinned by constraints.txt into $venv" \
        "(a few minutes the first time; log: $pip_log)"
   quietly "$pip_log" "$venv/bin/python" -m pip install -q --upgrade pip
+  if command -v cargo >/dev/null 2>&1; then
+    if [ -d "$CARGO_TARGET_DIR/release/build" ] && ls "$CARGO_TARGET_DIR"/release/build | grep -q '^rdkafka-sys-'; then
+      echo "bootstrap: building the native Kafka reader (cached: seconds)"
+    else
+      echo "bootstrap: building the native Kafka reader (first time: several minutes)"
+    fi
+  fi
   quietly "$pip_log" "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test,bench,dev]" \
     --config-settings editable_mode=strict
   echo "$want" > "$stamp"
   echo "bootstrap: Python packages installed in $((SECONDS - started))s"
+fi
+# The native reader is optional for installing (without cargo the pure-Python reader runs), not
+# for the tests: its tests fail, never skip, when it is missing. Say so loudly here.
+if ! "$venv/bin/python" -c "import orderedstream._kafka_native" 2>/dev/null; then
+  echo "bootstrap: WARNING: the native Kafka reader (orderedstream._kafka_native) is not" \
+       "built; reading falls back to confluent-kafka and the native reader's tests will" \
+       "fail. It needs cargo (Rust), a C compiler and libssl-dev; to see why, run:" \
+       "CARGO_TARGET_DIR=$CARGO_TARGET_DIR $venv/bin/pip install -v -e . --no-deps" \
+       "--config-settings editable_mode=strict" >&2
 fi
 
 # Kafka's broker jars (cached in ~/.cache/orderedstream; a marker makes this free next time).

@@ -5,6 +5,8 @@ downward, no import cycle between files (function-level imports included), modul
 from __future__ import annotations
 
 import ast
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -154,9 +156,18 @@ def test_only_core_jvm_reaches_py4j() -> None:
 
 
 def test_wheel_installs_one_root_and_the_registration_modules(tmp_path: Path) -> None:
-    """``pip install .`` puts ``orderedstream`` and the ``pyspark_*`` modules at top level."""
+    """``pip install .`` puts ``orderedstream`` and the ``pyspark_*`` modules at top level; the
+    native reader goes inside ``orderedstream`` (built with scripts/bootstrap.sh's cargo target
+    folder, so only the extension's own crate is compiled again)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "orderedstream"
+    env = {**os.environ, "CARGO_TARGET_DIR": os.environ.get(
+        "ORDEREDSTREAM_CARGO_TARGET_DIR", str(cache / "cargo-target"))}
+    cargo_bin = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo")) / "bin"
+    if shutil.which("cargo") is None and (cargo_bin / "cargo").exists():  # as bootstrap.sh
+        env["PATH"] = f"{cargo_bin}{os.pathsep}{env.get('PATH', '')}"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True,
+                   env=env)
     (wheel,) = tmp_path.glob("orderedstream-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
@@ -167,3 +178,6 @@ def test_wheel_installs_one_root_and_the_registration_modules(tmp_path: Path) ->
                 if n.endswith("/__init__.py")}
     expected = {m for m, p in MODULES.items() if p.name == "__init__.py"}
     assert packaged == expected, f"missing from the wheel: {expected - packaged}"
+    native = [n for n in names if n.startswith("orderedstream/_kafka_native")]
+    assert len(native) == 1 and native[0].endswith(".so"), \
+        f"the native Kafka reader is not in the wheel (needs cargo): {native}"

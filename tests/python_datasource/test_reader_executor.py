@@ -30,11 +30,11 @@ def test_arrow_schema_equals_sparks_conversion() -> None:
                                                             timezone="UTC"))
 
 
-def test_batches_are_bounded_and_carry_headers(kafka: Any, topic: Any) -> None:
+def test_batches_are_bounded_and_carry_headers(kafka: Any, topic: Any, reader: str) -> None:
     name = topic(partitions=1)
     kafka.produce(name, [(b"k", b"v")] * 3, headers=[("h1", b"a"), ("h2", b"b")])
     kafka.produce(name, [(None, b"plain")] * 2500)
-    o = opts(kafka.bootstrap, includeHeaders="true", arrowBatchMaxRecords=1000)
+    o = opts(kafka.bootstrap, reader=reader, includeHeaders="true", arrowBatchMaxRecords=1000)
     batches = list(read_range(OffsetRange(name, 0, 1, 2503), o))
     assert max(b.num_rows for b in batches) <= 1000
     table = pa.Table.from_batches(batches)
@@ -62,26 +62,30 @@ def transactional_topic(kafka: Any, name: str) -> tuple[list[int], int]:
     return end
 
 
-def test_transactions_under_read_committed_pass_strict(kafka: Any, topic: Any) -> None:
+def test_transactions_under_read_committed_pass_strict(kafka: Any, topic: Any,
+                                                      reader: str) -> None:
     name = topic(partitions=1)
     end = transactional_topic(kafka, name)
-    committed = opts(kafka.bootstrap, **{"kafka.isolation.level": "read_committed"})
+    committed = opts(kafka.bootstrap, reader=reader,
+                     **{"kafka.isolation.level": "read_committed"})
     table = pa.Table.from_batches(list(read_range(OffsetRange(name, 0, 0, end), committed)))
     assert [v.decode() for v in table["value"].to_pylist()] == \
         ["c0", "c1", "c2", "c3", "c4", "c0", "c1", "c2"]
     # the range ends on a commit marker: the reader still knows it reached the end
-    uncommitted = opts(kafka.bootstrap)
+    uncommitted = opts(kafka.bootstrap, reader=reader)
     table = pa.Table.from_batches(list(read_range(OffsetRange(name, 0, 0, end), uncommitted)))
     assert table.num_rows == 12  # aborted records are delivered, as Spark's default does
 
 
-def test_loss_inside_a_task_strict_and_window(kafka: Any, topic: Any) -> None:
+def test_loss_inside_a_task_strict_and_window(kafka: Any, topic: Any, reader: str) -> None:
     name = topic(partitions=1)
     kafka.produce(name, [(None, str(i).encode()) for i in range(30)])
     kafka.admin().delete_records([TopicPartition(name, 0, 10)])[
         TopicPartition(name, 0, 10)].result(30)
     with pytest.raises(DataLossError, match=rf"{name}-0 offsets \[0, 10\)"):
-        list(read_range(OffsetRange(name, 0, 0, 30, strict=True), opts(kafka.bootstrap)))
-    reader = RangeReader(OffsetRange(name, 0, 0, 30, strict=False), opts(kafka.bootstrap))
-    table = pa.Table.from_batches(list(reader.batches()))
+        list(read_range(OffsetRange(name, 0, 0, 30, strict=True),
+                        opts(kafka.bootstrap, reader=reader)))
+    window = RangeReader(OffsetRange(name, 0, 0, 30, strict=False),
+                         opts(kafka.bootstrap, reader=reader))
+    table = pa.Table.from_batches(list(window.batches()))
     assert table["offset"].to_pylist() == list(range(10, 30))

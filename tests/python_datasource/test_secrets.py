@@ -124,8 +124,9 @@ def test_options_without_secrets_never_connect() -> None:
         KafkaMetadata(stripped).admin()
 
 
-def test_client_errors_are_redacted_and_not_chained() -> None:
-    o = secured(**{"kafka.sasl.mechanism": "NOPE", "kafka.security.protocol": "SASL_PLAINTEXT"})
+def test_client_errors_are_redacted_and_not_chained(reader: str) -> None:
+    o = secured(**{"kafka.sasl.mechanism": "NOPE", "kafka.security.protocol": "SASL_PLAINTEXT",
+                   "reader": reader})
     with pytest.raises(OptionError, match="refused by the Kafka client") as info:
         list(read_range(OffsetRange("t", 0, 0, 10), o))
     assert info.value.__cause__ is None and info.value.__suppress_context__

@@ -100,20 +100,20 @@ def _processor(tmp_path: Path, name: str, **kwargs: Any) -> OrderedStateful:
 
 
 def test_driver_and_reader_authenticate_and_log_no_secret(sasl: SaslBroker,
-                                                          caplog: pytest.LogCaptureFixture
-                                                          ) -> None:
+                                                          caplog: pytest.LogCaptureFixture,
+                                                          reader: str) -> None:
     """In-process (as the planner and an executor run them): the right password reads, a wrong
     one is refused by the broker and fails at once, as a KafkaAuthenticationError; neither password
     appears in a log line or an error."""
     name = _topic(sasl, partitions=1, records=5)
     caplog.set_level(logging.DEBUG)
-    options = parse_options(sasl.options(name), streaming=True)
+    options = parse_options(sasl.options(name, reader=reader), streaming=True)
     assert set(KafkaMetadata(options).topics()) == {name}
     got = pa.Table.from_batches(list(read_range(OffsetRange(name, 0, 0, 5), options)))
     assert got["offset"].to_pylist() == list(range(5))
 
     wrong = "wrong-Pw-1234"
-    bad = parse_options(sasl.options(name, password=wrong), streaming=True)
+    bad = parse_options(sasl.options(name, password=wrong, reader=reader), streaming=True)
     started = time.monotonic()
     with pytest.raises(KafkaAuthenticationError,
                        match="refused the client's login.*kafka_options") as driver:

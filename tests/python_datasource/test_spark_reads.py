@@ -39,10 +39,12 @@ def produce_spread(kafka: Any, name: str, partitions: int, per_partition: int) -
 @pytest.mark.parametrize("per_partition", [
     37_500, pytest.param(500_000, marks=pytest.mark.slow)])
 def test_order_per_partition_over_large_batches(spark: Any, kafka: Any, topic: Any,
-                                                tmp_path: Path, per_partition: int) -> None:
+                                                tmp_path: Path, per_partition: int,
+                                                reader: str) -> None:
     name = topic(partitions=8)
     produce_spread(kafka, name, 8, per_partition)
-    df = stream(spark, kafka.bootstrap, subscribe=name, startingOffsets="earliest")
+    df = stream(spark, kafka.bootstrap, subscribe=name, startingOffsets="earliest",
+                reader=reader)
     tables, _ = run_available_now(df, tmp_path / "cp")
     assert sum(t.num_rows for t in tables) == 8 * per_partition
     assert_ordered_one_task(tables)
@@ -51,7 +53,7 @@ def test_order_per_partition_over_large_batches(spark: Any, kafka: Any, topic: A
 
 
 def test_exactly_once_across_restarts_and_a_replayed_batch(spark: Any, kafka: Any, topic: Any,
-                                                           tmp_path: Path) -> None:
+                                                           tmp_path: Path, reader: str) -> None:
     """Parquet sink + checkpoint: stop, lose the last commit (a crash before Spark committed
     batch N), produce more, restart: every offset lands exactly once."""
     name = topic(partitions=3)
@@ -61,7 +63,7 @@ def test_exactly_once_across_restarts_and_a_replayed_batch(spark: Any, kafka: An
 
     def run() -> None:
         df = stream(spark, kafka.bootstrap, subscribe=name, startingOffsets="earliest",
-                    maxOffsetsPerTrigger=90)
+                    maxOffsetsPerTrigger=90, reader=reader)
         q = (df.writeStream.format("parquet").option("path", str(out))
              .option("checkpointLocation", str(cp)).trigger(availableNow=True).start())
         q.awaitTermination()
@@ -106,7 +108,7 @@ def test_pattern_picks_up_new_topics_and_partitions(spark: Any, kafka: Any, topi
 
 
 def test_compacted_topic_gaps_pass_strict(spark: Any, kafka: Any, topic: Any,
-                                          tmp_path: Path) -> None:
+                                          tmp_path: Path, reader: str) -> None:
     name = topic(partitions=1, cleanup_policy="compact", segment_ms="100",
                  min_cleanable_dirty_ratio="0.01", delete_retention_ms="100")
     for round_ in range(5):
@@ -127,7 +129,8 @@ def test_compacted_topic_gaps_pass_strict(spark: Any, kafka: Any, topic: Any,
 
     compacted.calls = 0  # type: ignore[attr-defined]
     wait_until(compacted, 120, f"compaction of {name}")
-    df = stream(spark, kafka.bootstrap, subscribe=name, startingOffsets="earliest")
+    df = stream(spark, kafka.bootstrap, subscribe=name, startingOffsets="earliest",
+                reader=reader)
     tables, _ = run_available_now(df, tmp_path / "cp")
     table = pa.concat_tables(tables)
     offsets = table["offset"].to_pylist()
@@ -138,20 +141,20 @@ def test_compacted_topic_gaps_pass_strict(spark: Any, kafka: Any, topic: Any,
 
 
 def test_retention_loss_strict_fails_window_reports_in_progress(spark: Any, kafka: Any,
-                                                                topic: Any,
-                                                                tmp_path: Path) -> None:
+                                                                topic: Any, tmp_path: Path,
+                                                                reader: str) -> None:
     name = topic(partitions=1)
     kafka.produce(name, [(None, b"%d" % i) for i in range(10)])
     cp = tmp_path / "cp"
     run_available_now(stream(spark, kafka.bootstrap, subscribe=name,
-                             startingOffsets="earliest"), cp)
+                             startingOffsets="earliest", reader=reader), cp)
     kafka.produce(name, [(None, b"%d" % i) for i in range(10, 20)])
     kafka.admin().delete_records([TopicPartition(name, 0, 15)])[
         TopicPartition(name, 0, 15)].result(30)
     with pytest.raises(Exception, match=rf"{name}-0 offsets \[10, 15\)"):
-        run_available_now(stream(spark, kafka.bootstrap, subscribe=name), cp)
+        run_available_now(stream(spark, kafka.bootstrap, subscribe=name, reader=reader), cp)
     tables, query = run_available_now(
-        stream(spark, kafka.bootstrap, subscribe=name, integrity="window"), cp)
+        stream(spark, kafka.bootstrap, subscribe=name, integrity="window", reader=reader), cp)
     assert sorted(keyed(tables)) == [(name, 0, i) for i in range(15, 20)]
     ends = [json.loads(p["sources"][0]["endOffset"]) for p in query.recentProgress]
     assert {"events": 1, "records": 5} in [e["loss"] for e in ends]

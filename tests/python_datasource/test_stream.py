@@ -39,14 +39,14 @@ def test_reads_every_record_in_order_by_name(spark: Any, kafka: Any, topic: Any,
 
 
 def test_explicit_register_and_headers(spark: Any, kafka: Any, topic: Any,
-                                       tmp_path: Path) -> None:
+                                       tmp_path: Path, reader: str) -> None:
     from orderedstream.python_datasource import OrderedKafkaDataSource
 
     spark.dataSource.register(OrderedKafkaDataSource)
     name = topic(partitions=1)
     kafka.produce(name, [(b"k", b"v")], headers=[("trace", b"t1")])
     df = stream(spark, kafka.bootstrap, subscribe=name, startingOffsets="earliest",
-                includeHeaders="true")
+                includeHeaders="true", reader=reader)
     assert df.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
     rows: list[Any] = []
     query = (df.writeStream.foreachBatch(lambda b, _: rows.extend(b.collect()))

@@ -1,0 +1,152 @@
+"""The native Kafka reader (orderedstream._kafka_native) against the real broker: the same Arrow
+batches as the confluent-kafka reader, option ``reader``, and the worker's consumer pool
+(consumers reused across consecutive ranges, re-positioned when a range starts elsewhere,
+bounded, closed when idle)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from orderedstream.core.errors import DataLossError, OptionError
+from orderedstream.python_datasource.consumer_pool import POOL, ConsumerPool
+from orderedstream.python_datasource.consumers import native_unavailable_reason, resolve
+from orderedstream.python_datasource.options import parse_options
+from orderedstream.python_datasource.planning import OffsetRange
+from orderedstream.python_datasource.reader import read_range
+
+
+def opts(bootstrap: str, **extra: Any) -> Any:
+    return parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": "x",
+                          **{k: str(v) for k, v in extra.items()}}, streaming=True)
+
+
+def test_the_extension_is_built() -> None:
+    """Fails (never skips) when scripts/bootstrap.sh could not build the extension."""
+    assert native_unavailable_reason() is None, native_unavailable_reason()
+    assert resolve("auto") == "native" and resolve("python") == "python"
+
+
+def test_reader_option_is_validated_at_load() -> None:
+    with pytest.raises(OptionError, match="option 'reader' = 'rust' is invalid: accepted 'auto'"):
+        parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "reader": "rust"},
+                      streaming=None)
+    with pytest.raises(OptionError, match="'kafkaConsumer.cacheCapacity'"):
+        parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                       "kafkaConsumer.cacheCapacity": "-1"}, streaming=None)
+    o = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"}, streaming=None)
+    assert (o.reader, o.consumer_cache_capacity, o.consumer_cache_timeout_ms) == \
+        ("auto", 16, 300_000)
+
+
+def test_native_and_python_readers_give_equal_batches(kafka: Any, topic: Any) -> None:
+    """Null and empty keys/values, many headers (null values, non-ASCII names), and chunking:
+    column for column the same Arrow data, schema included."""
+    name = topic(partitions=1)
+    kafka.produce(name, [(None, None), (b"", b""), (b"k", b"v" * 5000)],
+                  headers=[("h\u00e9", None), ("b", b""), ("c", b"\x00\x01")])
+    kafka.produce(name, [(b"k%d" % i, None if i % 7 == 0 else b"%d" % i) for i in range(3000)])
+    kafka.produce(name, [(None, b"plain")], headers=[("only", b"1")])
+    end = kafka.end_offsets(name)[0]
+    tables = {}
+    for kind in ("native", "python"):
+        o = opts(kafka.bootstrap, reader=kind, includeHeaders="true", arrowBatchMaxRecords=700,
+                 **{"kafkaConsumer.cacheCapacity": 0})
+        batches = list(read_range(OffsetRange(name, 0, 0, end), o))
+        assert max(b.num_rows for b in batches) <= 700
+        tables[kind] = pa.Table.from_batches(batches).combine_chunks()
+        for column in tables[kind].columns:
+            column.validate(full=True)
+    native, python = tables["native"], tables["python"]
+    assert native.schema.equals(python.schema)
+    assert native.num_rows == end
+    for field in native.schema.names:
+        assert native[field].equals(python[field]), field
+    assert native["key"][0].as_py() is None and native["value"][0].as_py() is None
+    assert native["key"][1].as_py() == b"" and native["value"][2].as_py() == b"v" * 5000
+    assert native["headers"][1].as_py() == [{"key": "h\u00e9", "value": None},
+                                            {"key": "b", "value": b""},
+                                            {"key": "c", "value": b"\x00\x01"}]
+    assert native["headers"][3].as_py() is None and native["value"][3].as_py() is None
+
+
+def _read_all(rng: OffsetRange, options: Any) -> list[int]:
+    return [o for b in read_range(rng, options) for o in b["offset"].to_pylist()]
+
+
+def test_consumers_are_reused_across_consecutive_ranges(kafka: Any, topic: Any,
+                                                        reader: str) -> None:
+    name = topic(partitions=2)
+    for p in range(2):
+        kafka.produce(name, [(None, b"%d" % i) for i in range(300)], partition=p)
+    o = opts(kafka.bootstrap, reader=reader)
+    POOL.clear()
+    start = POOL.stats.created, POOL.stats.reused, POOL.stats.seeks
+    for lo in range(0, 300, 100):  # three batches of two partitions
+        for p in range(2):
+            assert _read_all(OffsetRange(name, p, lo, lo + 100), o) == list(range(lo, lo + 100))
+    created, reused, seeks = (a - b for a, b in zip(
+        (POOL.stats.created, POOL.stats.reused, POOL.stats.seeks), start))
+    assert (created, reused, seeks) == (2, 4, 0)
+    # a replayed batch starts before where the pooled consumer stopped: it is re-positioned
+    assert _read_all(OffsetRange(name, 0, 50, 60), o) == list(range(50, 60))
+    assert POOL.stats.seeks - seeks - start[2] == 1
+    # other settings (here the isolation level) never share a consumer
+    committed = opts(kafka.bootstrap, reader=reader,
+                     **{"kafka.isolation.level": "read_committed"})
+    before = POOL.stats.created
+    assert _read_all(OffsetRange(name, 0, 60, 70), committed) == list(range(60, 70))
+    assert POOL.stats.created == before + 1
+    POOL.clear()
+
+
+def test_a_failed_read_closes_its_consumer(kafka: Any, topic: Any, reader: str) -> None:
+    from confluent_kafka import TopicPartition
+
+    name = topic(partitions=1)
+    kafka.produce(name, [(None, b"%d" % i) for i in range(30)])
+    o = opts(kafka.bootstrap, reader=reader)
+    POOL.clear()
+    assert _read_all(OffsetRange(name, 0, 0, 5), o) == list(range(5))
+    kafka.admin().delete_records([TopicPartition(name, 0, 20)])[
+        TopicPartition(name, 0, 20)].result(30)
+    closed = POOL.stats.closed
+    # [10, 30) does not continue where the pooled consumer stopped (5): it seeks, and the log
+    # no longer holds 10..19 (a consumer continuing at 10 would deliver what it had prefetched)
+    with pytest.raises(DataLossError, match=rf"{name}-0 offsets \[10, 20\)"):
+        _read_all(OffsetRange(name, 0, 10, 30, strict=True), o)
+    assert POOL.stats.closed == closed + 1 and "idle=0" in repr(POOL)
+    assert _read_all(OffsetRange(name, 0, 20, 30), o) == list(range(20, 30))
+    POOL.clear()
+
+
+def test_pool_is_bounded_and_closes_idle_consumers(kafka: Any, topic: Any, reader: str) -> None:
+    name = topic(partitions=3)
+    for p in range(3):
+        kafka.produce(name, [(None, b"x")] * 5, partition=p)
+    pool = ConsumerPool(capacity=2, idle_timeout_s=1.0)
+    o = opts(kafka.bootstrap, reader=reader)
+    consumers = []
+    for p in range(3):
+        from orderedstream.python_datasource.client_config import ClientErrors
+        from orderedstream.python_datasource.consumers import open_consumer
+        from orderedstream.python_datasource.reader import consumer_config
+
+        errors = ClientErrors("test", o.secrets)
+        consumer = pool.acquire(("k", p), 0, lambda p=p, e=errors: open_consumer(
+            resolve(reader), consumer_config(o), name, p, e))
+        consumers.append(consumer)
+    for p, consumer in enumerate(consumers):
+        pool.release(("k", p), consumer, 0)
+    assert pool.stats.closed == 1 and "idle=2" in repr(pool)  # least recently used went
+    deadline = time.monotonic() + 15
+    while pool.stats.closed < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "idle=0" in repr(pool) and pool.stats.closed == 3
+    off = ConsumerPool(capacity=0)
+    off.release(("k", 0), pool.acquire(("k", 0), 0, lambda: open_consumer(
+        resolve(reader), consumer_config(o), name, 0, ClientErrors("t", o.secrets))), 0)
+    assert off.stats.closed == 1 and "idle=0" in repr(off)
