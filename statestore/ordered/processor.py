@@ -16,7 +16,9 @@ Usage::
         sessions, state_location="s3://lake/state/q1", output="s3://lake/tables/q1",
         output_schema="key binary, status string", timeout=ProcessingTimeTimeout(),
         storage_options={...})
-    (spark.readStream.format("orderedkafka").option("subscribe", "t").load()
+    (spark.readStream.format("orderedkafka").option("subscribe", "t")
+        .option("emit", "ranges")              # recommended: the tasks read Kafka themselves
+        .load()
         .writeStream.foreachBatch(processor.process_batch)
         .option("checkpointLocation", ...).start())
 
@@ -157,6 +159,9 @@ class OrderedStateful:
     records; every ``OrderedStateful`` instance claims a new writer epoch on its first batch,
     which fences any older instance (a zombie driver) writing to the same output.
 
+    Feed it ``orderedkafka`` with ``emit="ranges"`` (recommended, what the main job does):
+    the tasks read their Kafka ranges themselves, records never cross the JVM. With
+    ``emit="records"`` (the source's default) it takes the records DataFrame instead.
     ``kafka_options``: the secret ``kafka.*`` options (e.g. ``kafka.sasl.jaas.config``) of an
     ``orderedkafka`` source read with ``emit="ranges"``; its rows carry only their names, the
     tasks take the values from here (shipped inside the task function, never in rows).
