@@ -225,6 +225,9 @@ class OrderedStateful:
         # This run's writer id (the epoch claimed under it at the first batch fences older runs).
         self._writer_id = f"{self.options.query_name}-{uuid.uuid4().hex[:8]}"
         self.last_result: BatchResult | None = None
+        # Records this instance processed (committed batches, replays not counted): with
+        # emit=ranges Spark's numInputRows counts range rows, not records.
+        self.records_total = 0
 
     # ---- driver-side helpers -----------------------------------------------------------
     @property
@@ -338,6 +341,7 @@ class OrderedStateful:
         self.last_result = BatchResult(batch_id, False, record, tuple(commits),
                                        dict(placed.planned) if placed is not None else {},
                                        cleanup=self._cleanup_if_due(batch_id), processor=self)
+        self.records_total += self.last_result.records
         return self.last_result
 
     foreach_batch = process_batch

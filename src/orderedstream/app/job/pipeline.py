@@ -147,10 +147,12 @@ class JobMonitor:
 
     def line(self) -> str:
         progress = self.query.recentProgress
-        self.records = sum(p.get("numInputRows", 0) for p in progress)
+        # Records from the stage (with emit=ranges Spark's numInputRows counts range rows).
+        self.records = self.processor.records_total
         last = progress[-1] if progress else {}
-        rate = last.get("processedRowsPerSecond") or 0.0
         result = getattr(self.processor, "last_result", None)
+        took = last.get("durationMs", {}).get("triggerExecution") or 0
+        rate = result.records / (took / 1000) if result is not None and took else 0.0
         batches = (result.batch_id + 1) if result is not None else 0
         states = len(self.processor.partition_states()) if result is not None else 0
         try:
