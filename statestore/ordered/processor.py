@@ -166,6 +166,12 @@ class OrderedStateful:
     ``orderedkafka`` source read with ``emit="ranges"``; its rows carry only their names, the
     tasks take the values from here (shipped inside the task function, never in rows).
 
+    ``max_tasks`` (``emit="ranges"`` without placement): the batch's ranges run in at most this
+    many tasks, one range after the other inside a task (default: Spark's default
+    parallelism, i.e. the cores; 0: one task per range). A task's fixed cost (scheduling, the
+    Python worker round trip) then comes once per core, not once per Kafka partition, which
+    is what dominates small batches over many partitions.
+
     ``checkpoint_location`` (the query's ``checkpointLocation``) with ``placement="auto"`` makes
     each Kafka partition's task prefer the executor that committed its state last, so its local
     state copy is reused instead of restored (needs the JVM shim and a cluster; see
@@ -195,10 +201,16 @@ class OrderedStateful:
                  keep_batches: int | None = None,
                  cleanup_interval_batches: int | None = DEFAULT_CLEANUP_INTERVAL_BATCHES,
                  kafka_options: Mapping[str, str] | None = None,
+                 max_tasks: int | None = None,
                  ) -> None:
         if not callable(func):
             raise OptionError(f"OrderedStateful(func=...) must be callable, got {func!r}")
         self.func = func
+        if max_tasks is not None and (isinstance(max_tasks, bool) or not isinstance(
+                max_tasks, int) or max_tasks < 0):
+            raise OptionError(f"OrderedStateful(max_tasks={max_tasks!r}): None (the cluster's "
+                              "default parallelism), 0 (one task per range) or a positive int")
+        self.max_tasks = max_tasks
         self._kafka_secrets = secrets_from_options(kafka_options)  # values never printed
         self.options = OrderedOptions(
             state_location=state_location, output=output,
@@ -319,6 +331,9 @@ class OrderedStateful:
         if self.options.columns is not None and not ranges:
             frame = batch_df.select(*self.options.required_columns())
         frame, placed = self.placement.prefer(frame, batch_id)
+        if ranges and placed is None and self.max_tasks != 0:
+            frame = frame.coalesce(self.max_tasks or frame.sparkSession.sparkContext
+                                   .defaultParallelism)  # ranges share tasks, in turn
         rows = frame.mapInArrow(task, _commit_ddl()).collect()
         commits = [PartitionCommit.from_json(row["commit"]) for row in rows]
         commits += self._run_due_timeouts(batch_df.sparkSession, task, bases,
