@@ -55,13 +55,24 @@ class TreeSampler:
     def __init__(self, pid: int, interval: float = 0.25) -> None:
         self.pid, self.interval = pid, interval
         self.cpu: dict[tuple[int, float], float] = {}
+        self.cpu_kind: dict[tuple[int, float], str] = {}
         self.peak_mb = 0.0
+        self.peak_parts: dict[str, float] = {}
+        """At the peak: MiB of the JVMs and of the Python processes, and how many of each."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
 
     @property
     def cpu_seconds(self) -> float:
         return sum(self.cpu.values())
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds by kind of process (JVM, Python driver, Python workers, ...)."""
+        out: dict[str, float] = {}
+        for key, seconds in self.cpu.items():
+            kind = self.cpu_kind.get(key, "?")
+            out[kind] = round(out.get(kind, 0.0) + seconds, 1)
+        return out
 
     def sample(self) -> None:
         import psutil
@@ -72,15 +83,22 @@ class TreeSampler:
         except psutil.NoSuchProcess:
             return
         rss = 0
+        parts: dict[str, float] = {}
         for proc in procs:
             try:
                 with proc.oneshot():
                     times = proc.cpu_times()
                     self.cpu[(proc.pid, proc.create_time())] = times.user + times.system
-                    rss += proc.memory_info().rss
+                    mine = proc.memory_info().rss
+                    kind = _kind(proc)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-        self.peak_mb = max(self.peak_mb, rss / 2**20)
+            rss += mine
+            self.cpu_kind[(proc.pid, proc.create_time())] = kind
+            parts[kind] = parts.get(kind, 0.0) + mine / 2**20
+            parts[f"{kind} processes"] = parts.get(f"{kind} processes", 0) + 1
+        if rss / 2**20 > self.peak_mb:
+            self.peak_mb, self.peak_parts = rss / 2**20, parts
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -94,6 +112,19 @@ class TreeSampler:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+def _kind(proc: Any) -> str:
+    """A short label of a process of an engine's tree: ``jvm`` or which Python program."""
+    if "java" in proc.name():
+        return "jvm"
+    argv = proc.cmdline()
+    if "-m" in argv[:-1]:
+        return f"python -m {argv[argv.index('-m') + 1]}"
+    if "-c" in argv[:-1]:
+        return "python -c (driver)"
+    script = next((a for a in argv[1:] if a.endswith(".py")), "")
+    return f"python {Path(script).name}" if script else "python"
 
 
 def quix_python() -> Path:
@@ -132,7 +163,9 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
         finally:
             spark.stop()
     figures["cpu_s"] = tree.cpu_seconds
+    figures["cpu_by_kind"] = tree.cpu_by_kind()
     figures["peak_rss_mb"] = tree.peak_mb
+    figures["peak_rss_parts"] = {k: round(v, 1) for k, v in tree.peak_parts.items()}
     # The first batch's trigger started at its "timestamp" and took triggerExecution ms.
     if first:
         from datetime import datetime
@@ -164,7 +197,7 @@ def _run_quix(ctx: CaseContext, params: dict[str, Any], work: Path) -> dict[str,
     result = json.loads(Path(spec["result"]).read_text())
     seconds = result["seconds"]
     return {**result, "records_per_s": result["records"] / seconds, "cpu_s": tree.cpu_seconds,
-            "peak_rss_mb": tree.peak_mb}
+            "peak_rss_mb": tree.peak_mb, "peak_rss_parts": tree.peak_parts}
 
 
 def _quix_rows(work: Path) -> list[dict[str, Any]]:
@@ -237,10 +270,11 @@ def run(ctx: CaseContext) -> list[Result]:
                "records / (user + system CPU seconds of the engine's whole process tree)"),
         Result("peer", "CPU seconds", "s", ours["cpu_s"], quix["cpu_s"], base,
                "user + system CPU of the whole process tree (ours: driver Python, JVM, Python "
-               "workers; Quix: its process)", higher_is_better=False),
+               "workers; Quix: its process)", higher_is_better=False,
+               extra={"ours_by_process": ours["cpu_by_kind"]}),
         Result("peer", "peak RSS", "MiB", ours["peak_rss_mb"], quix["peak_rss_mb"], base,
                "peak summed RSS of the process tree; target <= 1024 MiB",
-               higher_is_better=False),
+               higher_is_better=False, extra={"ours_at_peak": ours["peak_rss_parts"]}),
         Result("peer", "start to first committed batch", "s", ours.get("first_commit_s", 0.0),
                None, None, "ours: from the engine process's start (Spark session, workers, "
                "first plan) to the end of batch 0's trigger (here the whole input)",
