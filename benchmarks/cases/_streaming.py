@@ -127,21 +127,34 @@ def s3a(url: str) -> str:
 
 
 def run_query(query: Any, expected_records: int | None = None, poll: float = 0.2,
-              ) -> dict[str, Any]:
+              processor: Any = None) -> dict[str, Any]:
     """Wait for a streaming query; records, wall seconds, records/s, batch durations.
 
     With ``expected_records`` the query is stopped as soon as its completed batches have read
     that many records, and the time is taken then: Spark's ``applyInPandasWithState`` with
     processing-time timeouts keeps running no-data batches under Trigger.AvailableNow and never
-    terminates on its own. The same rule is applied to every engine.
+    terminates on its own. The same rule is applied to every engine. ``processor``: an
+    ``OrderedStateful`` fed with ``emit=ranges``, whose ``records_total`` counts the records
+    (Spark's ``numInputRows`` then counts range rows).
     """
+
+    def done() -> int:
+        if processor is None:
+            return sum(p.get("numInputRows", 0) for p in query.recentProgress)
+        # Count a batch once Spark has finished it too (its progress is posted after
+        # foreachBatch returns), so that stopping then keeps its figures.
+        result = processor.last_result
+        finished = len(batch_durations_ms(query.recentProgress))
+        return int(processor.records_total) if result is None or finished > result.batch_id \
+            else 0
+
     started = time.perf_counter()
     seconds: float | None = None
     if expected_records is None:
         query.awaitTermination()
     else:
         while query.isActive:
-            if sum(p.get("numInputRows", 0) for p in query.recentProgress) >= expected_records:
+            if done() >= expected_records:
                 seconds = time.perf_counter() - started
                 query.stop()
                 break
@@ -152,7 +165,7 @@ def run_query(query: Any, expected_records: int | None = None, poll: float = 0.2
         raise RuntimeError(f"query failed: {query.exception()}")
     progress = query.recentProgress
     durations = batch_durations_ms(progress)
-    records = sum(p.get("numInputRows", 0) for p in progress)
+    records = done()
     return {"records": records, "seconds": seconds,
             "records_per_s": records / seconds if seconds else 0.0,
             "batches": len(durations), "batch_ms": durations}

@@ -157,8 +157,8 @@ def _run_ours(spark: Any, ctx: CaseContext, params: dict[str, Any], work: Path,
                       max_offsets_per_trigger=params["per_batch"],
                       snapshot_every=SNAPSHOT_EVERY, idle_timeout=IDLE_TIMEOUT,
                       query_name="bench-e2e")
-    query, _processor = start_job(spark, opts, once=True)
-    return run_query(query, params["records"])
+    query, processor = start_job(spark, opts, once=True)
+    return run_query(query, params["records"], processor=processor)
 
 
 def _run_spark(spark: Any, ctx: CaseContext, params: dict[str, Any], work: Path,

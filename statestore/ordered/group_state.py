@@ -17,6 +17,7 @@ from orderedstream.statestore.ordered.keyed_state import StateEntry
 from orderedstream.statestore.ordered.timeouts import Duration, parse_duration_ms
 
 NO_TIMESTAMP = -1
+_PARSED: dict[str, int] = {}  # duration string -> milliseconds, for set_timeout_duration
 
 
 class GroupState:
@@ -104,7 +105,16 @@ class GroupState:
         if self._timeout_kind != "processing":
             raise OptionError("set_timeout_duration() needs timeout=ProcessingTimeTimeout(); "
                               f"this processor has {self._timeout_kind!r} timeouts")
-        self._set_timeout(self._processing_time_ms + parse_duration_ms(duration, "timeout"))
+        # Called once per record with the same few strings: parsed once each.
+        millis = _PARSED.get(duration) if duration.__class__ is str else None
+        if millis is None:
+            millis = parse_duration_ms(duration, "timeout")
+            if duration.__class__ is str and len(_PARSED) < 256:
+                _PARSED[duration] = millis
+        entry = self._entry
+        entry.timeout_ms = self._processing_time_ms + millis
+        entry.dirty = True
+        self._timeout_set = True
 
     def set_timeout_timestamp(self, timestamp: int | datetime.datetime) -> None:
         """Time the key out once the partition's watermark passes ``timestamp`` (epoch ms or

@@ -16,7 +16,9 @@ Usage::
         sessions, state_location="s3://lake/state/q1", output="s3://lake/tables/q1",
         output_schema="key binary, status string", timeout=ProcessingTimeTimeout(),
         storage_options={...})
-    (spark.readStream.format("orderedkafka").option("subscribe", "t").load()
+    (spark.readStream.format("orderedkafka").option("subscribe", "t")
+        .option("emit", "ranges")              # recommended: the tasks read Kafka themselves
+        .load()
         .writeStream.foreachBatch(processor.process_batch)
         .option("checkpointLocation", ...).start())
 
@@ -161,9 +163,18 @@ class OrderedStateful:
     records; every ``OrderedStateful`` instance claims a new writer epoch on its first batch,
     which fences any older instance (a zombie driver) writing to the same output.
 
+    Feed it ``orderedkafka`` with ``emit="ranges"`` (recommended, what the main job does):
+    the tasks read their Kafka ranges themselves, records never cross the JVM. With
+    ``emit="records"`` (the source's default) it takes the records DataFrame instead.
     ``kafka_options``: the secret ``kafka.*`` options (e.g. ``kafka.sasl.jaas.config``) of an
     ``orderedkafka`` source read with ``emit="ranges"``; its rows carry only their names, the
     tasks take the values from here (shipped inside the task function, never in rows).
+
+    ``max_tasks`` (``emit="ranges"`` without placement): the batch's ranges run in at most this
+    many tasks, one range after the other inside a task (default: Spark's default
+    parallelism, i.e. the cores; 0: one task per range). A task's fixed cost (scheduling, the
+    Python worker round trip) then comes once per core, not once per Kafka partition, which
+    is what dominates small batches over many partitions.
 
     ``checkpoint_location`` (the query's ``checkpointLocation``) with ``placement="auto"`` makes
     each Kafka partition's task prefer the executor that committed its state last, so its local
@@ -200,10 +211,16 @@ class OrderedStateful:
                  cleanup_interval_batches: int | None = DEFAULT_CLEANUP_INTERVAL_BATCHES,
                  kafka_options: Mapping[str, str] | None = None,
                  output_format: Literal["parquet", "delta"] = "parquet",
+                 max_tasks: int | None = None,
                  ) -> None:
         if not callable(func):
             raise OptionError(f"OrderedStateful(func=...) must be callable, got {func!r}")
         self.func = func
+        if max_tasks is not None and (isinstance(max_tasks, bool) or not isinstance(
+                max_tasks, int) or max_tasks < 0):
+            raise OptionError(f"OrderedStateful(max_tasks={max_tasks!r}): None (the cluster's "
+                              "default parallelism), 0 (one task per range) or a positive int")
+        self.max_tasks = max_tasks
         self._kafka_secrets = secrets_from_options(kafka_options)  # values never printed
         self.options = OrderedOptions(
             state_location=state_location, output=output,
@@ -239,6 +256,9 @@ class OrderedStateful:
         # This run's writer id (the epoch claimed under it at the first batch fences older runs).
         self._writer_id = f"{self.options.query_name}-{uuid.uuid4().hex[:8]}"
         self.last_result: BatchResult | None = None
+        # Records this instance processed (committed batches, replays not counted): with
+        # emit=ranges Spark's numInputRows counts range rows, not records.
+        self.records_total = 0
 
     # ---- driver-side helpers -----------------------------------------------------------
     @property
@@ -341,6 +361,9 @@ class OrderedStateful:
         if self.options.columns is not None and not ranges:
             frame = batch_df.select(*self.options.required_columns())
         frame, placed = self.placement.prefer(frame, batch_id)
+        if ranges and placed is None and self.max_tasks != 0:
+            frame = frame.coalesce(self.max_tasks or frame.sparkSession.sparkContext
+                                   .defaultParallelism)  # ranges share tasks, in turn
         try:
             rows = frame.mapInArrow(task, _commit_ddl()).collect()
             commits = [PartitionCommit.from_json(row["commit"]) for row in rows]
@@ -377,6 +400,7 @@ class OrderedStateful:
         self.last_result = BatchResult(batch_id, False, record, tuple(commits),
                                        dict(placed.planned) if placed is not None else {},
                                        cleanup=self._cleanup_if_due(batch_id), processor=self)
+        self.records_total += self.last_result.records
         return self.last_result
 
     foreach_batch = process_batch

@@ -29,12 +29,21 @@ _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Etc/Zul
 # datetime's range (years 1..9999) in each unit numpy converts to datetime objects.
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000}
 _MIN_S, _MAX_S = -62_135_596_800, 253_402_300_799
+_DEDUP_MIN = 64  # below this many values, converting each one is as cheap
 
 
 def column_values(column: pa.Array) -> list[Any]:
     """``column.to_pylist()``, faster for timestamps (same values, same tzinfo objects)."""
     typ = column.type
     if pa.types.is_timestamp(typ) and typ.unit in _PER_SECOND and len(column):
+        if column.null_count == 0 and len(column) >= _DEDUP_MIN:
+            # Kafka timestamps repeat (a producer batch shares one): convert each distinct
+            # value once, then share the (immutable) datetime objects.
+            encoded = column.dictionary_encode()
+            if len(encoded.dictionary) * 2 <= len(column):
+                distinct = _timestamps(encoded.dictionary, typ)
+                if distinct is not None:
+                    return list(map(distinct.__getitem__, encoded.indices.to_pylist()))
         fast = _timestamps(column, typ)
         if fast is not None:
             return fast

@@ -52,6 +52,7 @@ from orderedstream.statestore.ordered.plan import (
     split_partition_id,
 )
 from orderedstream.statestore.ordered.records import RecordDecoder
+from orderedstream.statestore.ordered.rows import as_rows, refuse
 from orderedstream.statestore.ordered.state_access import open_partition
 from orderedstream.statestore.ordered.timeouts import EventTimeTimeout, ProcessingTimeTimeout
 
@@ -171,11 +172,15 @@ class PartitionRun:
                 try:
                     out = func(key, record, state)
                     if out is not None:
-                        extend(out)
+                        out = as_rows(out)  # a list of rows, or what is wrong with the result
                 except Exception as exc:
                     exc.add_note(f"in the ordered user function at Kafka {self.pid} offset "
                                  f"{offsets[index].as_py()} (batch {self.plan.batch_id})")
                     raise
+                if out is not None:
+                    if out.__class__ is str:
+                        raise refuse(out, key=key, where=self._at(offsets[index].as_py()))
+                    extend(out)
                 if not state._timeout_set:
                     wanted = default_deadline if entry.exists else None
                     if wanted != previous_timeout:
@@ -202,11 +207,15 @@ class PartitionRun:
                 try:
                     out = func(key, None, state)
                     if out is not None:
-                        buffer.extend(out)
+                        out = as_rows(out)
                 except Exception as exc:
                     exc.add_note(f"in the ordered user function's timeout call for key "
                                  f"{key!r} of Kafka {self.pid} (batch {self.plan.batch_id})")
                     raise
+                if out is not None:
+                    if out.__class__ is str:
+                        raise refuse(out, key=key, where=self._at(None))
+                    buffer.extend(out)
                 if not state._timeout_set:
                     entry.timeout_ms = None
                 entry.dirty = True
@@ -220,6 +229,13 @@ class PartitionRun:
         if buffer:
             self.output_rows += len(buffer)
             yield self._to_batch(buffer, schema)
+
+    def _at(self, offset: int | None) -> str:
+        """Where a call happened, for errors: the Kafka topic, partition and offset."""
+        topic, number = split_partition_id(self.pid)
+        call = f"offset {offset}" if offset is not None else "its timeout call"
+        return (f"Kafka topic {topic!r} partition {number} {call} "
+                f"(batch {self.plan.batch_id})")
 
     def _check_offsets(self, offsets: pa.Array) -> None:
         first = offsets[0].as_py()

@@ -30,6 +30,19 @@ def test_timestamps_convert_like_pyarrow(tz: str | None, unit: str) -> None:
     assert [repr(v) for v in fast] == [repr(v) for v in slow]  # same tzinfo, same fold
 
 
+@pytest.mark.parametrize("tz", [None, "UTC", "Europe/Berlin", "America/New_York"])
+@pytest.mark.parametrize("unit", ["s", "ms", "us"])
+def test_repeated_timestamps_convert_once_and_like_pyarrow(tz: str | None, unit: str) -> None:
+    # Kafka timestamps repeat within a producer batch: distinct values are converted once.
+    values = [v for v in MICROS if v is not None]
+    column = pa.array([values[i % len(values)] for i in range(1000)],
+                      pa.timestamp("us", tz=tz)).cast(pa.timestamp(unit, tz=tz), safe=False)
+    fast, slow = column_values(column), column.to_pylist()
+    assert fast == slow
+    assert [repr(v) for v in fast] == [repr(v) for v in slow]
+    assert fast[0] is fast[len(values)]  # one object per distinct value
+
+
 def test_ambiguous_local_times_keep_their_fold() -> None:
     # 2023-11-05 01:30 happens twice in New York; the second one has fold=1.
     first, second = 1_699_162_200_000_000, 1_699_165_800_000_000

@@ -39,6 +39,7 @@ class JobOptions:
     snapshot_every: int = 100
     idle_timeout: str = "10 minutes"
     integrity: str = "strict"
+    emit: str = "ranges"  # orderedkafka emit: ranges (tasks read Kafka themselves) or records
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     query_name: str = "sessions"
     output_format: Literal["delta", "parquet"] = "delta"
@@ -54,7 +55,15 @@ def make_processor(opts: JobOptions) -> Any:
         key="key", timeout=ProcessingTimeTimeout(), storage_options=dict(opts.storage_options),
         writer_id=opts.query_name, writer_options={"partitionBy": list(PARTITION_BY)},
         columns=["key", "value", "topic", "partition", "offset", "timestamp"],
-        checkpoint_location=opts.checkpoint, output_format=opts.output_format)
+        checkpoint_location=opts.checkpoint, kafka_options=_kafka_options(opts),
+        output_format=opts.output_format)
+
+
+def _kafka_options(opts: JobOptions) -> dict[str, str]:
+    """``kafka.*`` options for the ordered tasks: with ``emit=ranges`` they read Kafka
+    themselves and take the secret settings from here (the rows carry only their names)."""
+    return {k if k.startswith("kafka.") else f"kafka.{k}": v
+            for k, v in opts.kafka_options.items()}
 
 
 def start_job(spark: Any, opts: JobOptions, once: bool = False,
@@ -65,11 +74,12 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
               .option("kafka.bootstrap.servers", opts.bootstrap)
               .option("subscribePattern", opts.topic_pattern)
               .option("startingOffsets", "earliest")
-              .option("integrity", opts.integrity))
+              .option("integrity", opts.integrity)
+              .option("emit", opts.emit))
     if opts.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
-    for key, value in opts.kafka_options.items():
-        reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
+    for key, value in _kafka_options(opts).items():
+        reader = reader.option(key, value)
     processor = make_processor(opts)
     writer = (observe_input(reader.load()).writeStream.queryName(opts.query_name)
               .foreachBatch(_with_callback(processor.process_batch, on_batch))

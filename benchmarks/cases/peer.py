@@ -1,0 +1,286 @@
+"""Peer: the main job vs the same job written with Quix Streams, on the same input.
+
+Ours is ``orderedstream.app.job`` as shipped (``start_job``, Trigger.AvailableNow, local[2]):
+``orderedkafka`` with ``emit=ranges`` -> ``OrderedStateful`` running ``SessionLogic`` -> fenced
+Parquet on S3, state (RocksDB) on S3. Quix Streams (PyPI ``quixstreams``, pinned, installed in
+its own virtualenv under ``~/.cache/orderedstream/quix-venv`` on first use) runs the very same
+``SessionLogic`` in one process (``benchmarks/quix_app.py``): exactly-once (Kafka
+transactions), RocksDB state with changelog topics, Parquet files on local disk. Quix writes
+locally and keeps no remote state copy: this favours Quix.
+
+Input: the job's generator, 4 topics x 2 partitions, 1% bad records, produced once. Each engine
+runs in its own process tree, sampled every 0.25 s with psutil for CPU seconds (user + system
+of every process of the tree) and peak summed RSS. Reported: records/s, records/s per core
+(ours uses 2 cores, Quix one), records per CPU-second (the cost view, independent of how many
+cores were busy), CPU seconds, peak RSS, ours' time from process start to the first committed
+batch. Checked: the two outputs compared row by row on every compared column (must be equal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cases._streaming import (
+    ROOT,
+    create_topic,
+    run_engine,
+    run_query,
+    two_engine_session,
+)
+from benchmarks.common import CaseContext, Result
+
+QUIX_VERSION = "3.28.1"
+QUIX_VENV = Path.home() / ".cache" / "orderedstream" / "quix-venv"
+QUIX_EXTRA = ("pyarrow==26.0.1",)  # Quix's Parquet format needs it; same version as ours
+SNAPSHOT_EVERY = 100
+IDLE_TIMEOUT = "10 minutes"
+OUR_CORES, QUIX_CORES = 2, 1
+COMPARED = ("kind", "site", "date", "session", "seq", "applied_seq", "op", "row", "values",
+            "topic", "partition", "offset", "reason")
+
+
+class TreeSampler:
+    """CPU seconds and peak summed RSS of process ``pid`` and all its descendants, sampled
+    every ``interval`` seconds (each process's last seen CPU time counts once)."""
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
+        self.pid, self.interval = pid, interval
+        self.cpu: dict[tuple[int, float], float] = {}
+        self.cpu_kind: dict[tuple[int, float], str] = {}
+        self.peak_mb = 0.0
+        self.peak_parts: dict[str, float] = {}
+        """At the peak: MiB of the JVMs and of the Python processes, and how many of each."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self.cpu.values())
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds by kind of process (JVM, Python driver, Python workers, ...)."""
+        out: dict[str, float] = {}
+        for key, seconds in self.cpu.items():
+            kind = self.cpu_kind.get(key, "?")
+            out[kind] = round(out.get(kind, 0.0) + seconds, 1)
+        return out
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        rss = 0
+        parts: dict[str, float] = {}
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    self.cpu[(proc.pid, proc.create_time())] = times.user + times.system
+                    mine = proc.memory_info().rss
+                    kind = _kind(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            rss += mine
+            self.cpu_kind[(proc.pid, proc.create_time())] = kind
+            parts[kind] = parts.get(kind, 0.0) + mine / 2**20
+            parts[f"{kind} processes"] = parts.get(f"{kind} processes", 0) + 1
+        if rss / 2**20 > self.peak_mb:
+            self.peak_mb, self.peak_parts = rss / 2**20, parts
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> TreeSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _kind(proc: Any) -> str:
+    """A short label of a process of an engine's tree: ``jvm`` or which Python program."""
+    if "java" in proc.name():
+        return "jvm"
+    argv = proc.cmdline()
+    if "-m" in argv[:-1]:
+        return f"python -m {argv[argv.index('-m') + 1]}"
+    if "-c" in argv[:-1]:
+        return "python -c (driver)"
+    script = next((a for a in argv[1:] if a.endswith(".py")), "")
+    return f"python {Path(script).name}" if script else "python"
+
+
+def quix_python() -> Path:
+    """Quix Streams' own virtualenv (created once; the marker names the pinned version)."""
+    marker = QUIX_VENV / f".quixstreams-{QUIX_VERSION}"
+    python = QUIX_VENV / "bin" / "python"
+    if not marker.exists():
+        print(f"[peer] installing quixstreams=={QUIX_VERSION} into {QUIX_VENV}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(QUIX_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q",
+                        f"quixstreams=={QUIX_VERSION}", *QUIX_EXTRA], check=True)
+        marker.write_text(QUIX_VERSION)
+    return python
+
+
+# ---- ours, in its own process (benchmarks.cases._streaming.run_engine) ------------------------
+def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[str, Any]:
+    """The main job over the topics; figures of this process's whole tree (JVM, workers)."""
+    from orderedstream.app.job.pipeline import JobOptions, start_job
+
+    born = params["process_started"]
+    work = Path(params["work"])
+    with TreeSampler(os.getpid()) as tree:
+        spark = two_engine_session("peer", engine, ctx, params, 8, __name__)
+        try:
+            opts = JobOptions(bootstrap=ctx.bootstrap, output=params["ours_output"],
+                              state_location=params["ours_state"],
+                              checkpoint=str(work / "cp-ours"), topic_pattern=params["pattern"],
+                              storage_options=ctx.storage_options,
+                              max_offsets_per_trigger=params["per_batch"],
+                              snapshot_every=SNAPSHOT_EVERY, idle_timeout=IDLE_TIMEOUT,
+                              query_name="bench-peer")
+            query, processor = start_job(spark, opts, once=True)
+            figures = run_query(query, params["records"], processor=processor)
+            first = query.recentProgress[0] if query.recentProgress else {}
+        finally:
+            spark.stop()
+    figures["cpu_s"] = tree.cpu_seconds
+    figures["cpu_by_kind"] = tree.cpu_by_kind()
+    figures["peak_rss_mb"] = tree.peak_mb
+    figures["peak_rss_parts"] = {k: round(v, 1) for k, v in tree.peak_parts.items()}
+    # The first batch's trigger started at its "timestamp" and took triggerExecution ms.
+    if first:
+        from datetime import datetime
+
+        begun = datetime.fromisoformat(first["timestamp"].replace("Z", "+00:00")).timestamp()
+        figures["first_commit_s"] = (begun + first["durationMs"]["triggerExecution"] / 1000
+                                     - born)
+    return figures
+
+
+def _run_quix(ctx: CaseContext, params: dict[str, Any], work: Path) -> dict[str, Any]:
+    python = quix_python()
+    spec = {"bootstrap": ctx.bootstrap, "group": f"peer-quix-{time.time_ns()}",
+            "topics": params["topics"], "records": params["records"],
+            # Quix's file sink takes a folder name without "/" or "-": relative to its cwd.
+            "state_dir": str(work / "quix-state"), "output_dir": "quix_output",
+            "snapshot_every": SNAPSHOT_EVERY, "idle_timeout": IDLE_TIMEOUT, "idle_s": 5.0,
+            "result": str(work / "quix.result.json")}
+    (work / "quix.params.json").write_text(json.dumps(spec))
+    with open(work / "quix.log", "w") as log:
+        proc = subprocess.Popen([str(python), str(ROOT / "benchmarks" / "quix_app.py"),
+                                 str(work / "quix.params.json")], stdout=log,
+                                stderr=subprocess.STDOUT, cwd=work)
+        with TreeSampler(proc.pid) as tree:
+            code = proc.wait(timeout=1800)
+    if code != 0 or not Path(spec["result"]).exists():
+        tail = "\n".join((work / "quix.log").read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"the Quix Streams app failed (exit {code}):\n{tail}")
+    result = json.loads(Path(spec["result"]).read_text())
+    seconds = result["seconds"]
+    return {**result, "records_per_s": result["records"] / seconds, "cpu_s": tree.cpu_seconds,
+            "peak_rss_mb": tree.peak_mb, "peak_rss_parts": tree.peak_parts}
+
+
+def _quix_rows(work: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = []
+    for path in sorted((work / "quix_output").rglob("*.parquet")):
+        table = pq.read_table(path)
+        rows.extend(table.select([c for c in COMPARED if c in table.column_names]).to_pylist())
+    return rows
+
+
+def _digest(rows: list[dict[str, Any]]) -> Counter:
+    return Counter(tuple(str(r.get(c)) for c in COMPARED) for r in rows)
+
+
+def run(ctx: CaseContext) -> list[Result]:
+    """benchmarks.run case: generate sessions once, run both engines, compare outputs."""
+    from orderedstream.app.job.generator import GeneratorOptions, generate
+    from orderedstream.sinks.table import FencedTable
+
+    wanted = ctx.scale.get("peer_records") or 2 * ctx.scale.get("e2e_records", 100_000)
+    topics, per_topic, per_session = 4, 2, 52
+    prefix = f"bench-peer-{time.strftime('%H%M%S')}"
+    gen = GeneratorOptions(prefix=prefix, sites=topics - 1, late_sites=1, partitions=per_topic,
+                           sessions_per_site=max(2, wanted // (topics * per_session)),
+                           open_sessions=8, seed=11)
+    stats = generate(ctx.bootstrap, gen,
+                     create_topic=lambda t, p: create_topic(ctx.bootstrap, t, p))
+    records = stats.records
+    work = Path(tempfile.mkdtemp(prefix="peer-", dir=ctx.workdir))
+    params: dict[str, Any] = {"work": str(work), "kafka_jars": [], "pattern": f"{prefix}-.*",
+                              "topics": stats.topics, "per_batch": None, "records": records,
+                              "process_started": time.time(),
+                              "ours_output": ctx.s3_url(prefix, "ours-output"),
+                              "ours_state": ctx.s3_url(prefix, "ours-state")}
+    ours = run_engine(__name__, "ours", ctx, params, work)
+    quix = _run_quix(ctx, params, work)
+    if ours["records"] != records or quix["records"] != records:
+        raise RuntimeError(f"engines read {ours['records']} / {quix['records']} records, "
+                           f"{records} were produced")
+    ours_rows = FencedTable(params["ours_output"], ctx.storage_options).to_arrow().select(
+        list(COMPARED)).to_pylist()
+    quix_rows = _quix_rows(work)
+    a, b = _digest(ours_rows), _digest(quix_rows)
+    differing = sum(((a - b) + (b - a)).values())
+    print(f"[peer] ours {ours['records_per_s']:,.0f} rec/s ({ours['cpu_s']:.1f} CPU-s), quix "
+          f"{quix['records_per_s']:,.0f} rec/s ({quix['cpu_s']:.1f} CPU-s); {len(ours_rows)} vs "
+          f"{len(quix_rows)} rows, {differing} differing", flush=True)
+    base = f"Quix Streams {QUIX_VERSION}"
+    how = (f"{records:,} capture-session records ({stats.bad_records} bad) in {topics} topics x "
+           f"{per_topic} partitions, same SessionLogic. Ours: orderedstream main job "
+           "(start_job, emit=ranges, one AvailableNow batch, local[2], state and output on "
+           "SeaweedFS S3); Quix: one process, exactly-once, RocksDB state + changelog topics, "
+           "Parquet on local disk. CPU and RSS: each engine's whole process tree, psutil every "
+           "0.25 s")
+    extra = {"ours_s": round(ours["seconds"], 2), "quix_s": round(quix["seconds"], 2),
+             "ours_cpu_s": round(ours["cpu_s"], 1), "quix_cpu_s": round(quix["cpu_s"], 1),
+             "rows_ours": len(ours_rows), "rows_quix": len(quix_rows),
+             "rows_differing": differing}
+    return [
+        Result("peer", "records/s", "records/s", ours["records_per_s"], quix["records_per_s"],
+               base, how, extra=extra),
+        Result("peer", "records/s per core", "records/s/core",
+               ours["records_per_s"] / OUR_CORES, quix["records_per_s"] / QUIX_CORES, base,
+               f"records/s divided by the cores each engine was given (ours local[{OUR_CORES}], "
+               f"Quix one process, {QUIX_CORES} core); target >= 1.5x", extra=extra),
+        Result("peer", "records per CPU-second", "records/CPU-s", records / ours["cpu_s"],
+               records / quix["cpu_s"], base,
+               "records / (user + system CPU seconds of the engine's whole process tree)"),
+        Result("peer", "CPU seconds", "s", ours["cpu_s"], quix["cpu_s"], base,
+               "user + system CPU of the whole process tree (ours: driver Python, JVM, Python "
+               "workers; Quix: its process)", higher_is_better=False,
+               extra={"ours_by_process": ours["cpu_by_kind"]}),
+        Result("peer", "peak RSS", "MiB", ours["peak_rss_mb"], quix["peak_rss_mb"], base,
+               "peak summed RSS of the process tree; target <= 1024 MiB",
+               higher_is_better=False, extra={"ours_at_peak": ours["peak_rss_parts"]}),
+        Result("peer", "start to first committed batch", "s", ours.get("first_commit_s", 0.0),
+               None, None, "ours: from the engine process's start (Spark session, workers, "
+               "first plan) to the end of batch 0's trigger (here the whole input)",
+               higher_is_better=False),
+        Result("peer", "output rows differing", "rows", differing, None, None,
+               f"multiset difference of ours ({len(ours_rows):,} rows) vs Quix's "
+               f"({len(quix_rows):,}) on {', '.join(COMPARED)}; must be 0",
+               higher_is_better=False, extra={"outputs_agree": differing == 0}),
+    ]

@@ -1,0 +1,60 @@
+"""What the ordered user function may return, checked per call (executor side, hot path).
+
+A call returns None or an iterable of rows; a row is a tuple (or list) in ``output_schema``
+order or a dict by field name. Anything else is refused here, naming the key and the Kafka
+record, before it reaches the Arrow conversion: a bare tuple of strings such as
+``return (key.decode(), "ok")`` would otherwise be read as two rows made of characters and
+committed scrambled.
+
+``as_rows`` turns one call's result into a list of rows (a list returned by the function is
+used as is; a generator is drained) and says what is wrong with it, or returns the rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orderedstream.core.errors import UserFunctionError
+
+# Exact types first (one set lookup per row); subclasses (namedtuple, pyspark Row,
+# OrderedDict) pass the isinstance check after it.
+ROW_TYPES = frozenset({tuple, dict, list})
+ROW_BASES = (tuple, dict, list)
+# Iterables that are never "rows": iterating them yields characters, bytes or dict keys.
+_NOT_ROW_ITERABLES = (str, bytes, bytearray, memoryview, dict)
+ACCEPTED = ("return None, or an iterable of rows (a list or generator of tuples in "
+            "output_schema order, or of dicts by field name), e.g. return [(key, 'ok')]")
+
+
+def as_rows(out: Any) -> list[Any] | str:
+    """The rows of one call's result ``out`` (not None), or a sentence saying what is wrong."""
+    if type(out) is list:
+        rows = out
+    elif isinstance(out, _NOT_ROW_ITERABLES):
+        return f"a bare {type(out).__name__} {_short(out)} instead of an iterable of rows"
+    else:
+        try:
+            rows = list(out)
+        except TypeError:
+            if not hasattr(out, "__iter__"):  # else the TypeError came from inside a generator
+                return f"{type(out).__name__} {_short(out)}, which is not an iterable of rows"
+            raise
+    for row in rows:
+        if row.__class__ not in ROW_TYPES and not isinstance(row, ROW_BASES):
+            what = ("a bare tuple" if isinstance(out, tuple) else
+                    f"a {type(out).__name__}")
+            return (f"{what} whose item {_short(row)} ({type(row).__name__}) is not a row "
+                    f"(a tuple, list or dict)")
+    return rows
+
+
+def refuse(problem: str, *, key: Any, where: str) -> UserFunctionError:
+    """The error for a call whose result ``as_rows`` refused."""
+    return UserFunctionError(
+        f"the ordered user function returned {problem} for key {_short(key)} at {where}: "
+        f"{ACCEPTED}. Nothing of this batch was committed")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
