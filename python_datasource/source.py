@@ -46,6 +46,7 @@ from pyspark.sql.types import (
 )
 
 from orderedstream.core.errors import InvariantError, OptionError
+from orderedstream.core.worker_errors import reason_first_in_worker
 from orderedstream.python_datasource.kafka_metadata import (
     TP,
     KafkaMetadata,
@@ -322,6 +323,7 @@ class OrderedKafkaDataSource(DataSource):
     def name(cls) -> str:
         return "orderedkafka"
 
+    @reason_first_in_worker
     def schema(self) -> StructType:
         """Driver, in the Python worker Spark starts at ``load()`` (not called when the user
         gives a schema): parse the options, so a bad one fails the ``load()`` with an
@@ -333,10 +335,12 @@ class OrderedKafkaDataSource(DataSource):
             return range_schema()
         return kafka_schema(options.include_headers)
 
+    @reason_first_in_worker
     def reader(self, schema: StructType) -> DataSourceReader:
         """Driver: batch reader (``spark.read``)."""
         return OrderedKafkaBatchReader(parse_options(self.options, streaming=False))
 
+    @reason_first_in_worker
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Driver: micro-batch reader (``spark.readStream``)."""
         return OrderedKafkaStreamReader(parse_options(self.options, streaming=True))
