@@ -180,8 +180,7 @@ class OrderedStateful:
     each Kafka partition's task prefer the executor that committed its state last, so its local
     state copy is reused instead of restored (needs the JVM shim and a cluster; see
     ``orderedstream.statestore.ordered.placement``). ``BatchResult.restores`` /
-    ``bytes_downloaded`` count
-    what each batch restored from the object store either way.
+    ``bytes_downloaded`` count what each batch restored from the object store either way.
 
     ``output_format="delta"`` writes a Delta Lake table instead of fenced Parquet: batch N is
     ONE Delta commit with the files, every partition's state manifest and the Kafka offsets,

@@ -80,8 +80,9 @@ def commands(workdir: Path, state_url: str, storage_options: dict[str, Any]) -> 
     if fmt == "delta":
         load = f"from deltalake import DeltaTable; t = DeltaTable({path}).to_pyarrow_table()"
         polars = f"import polars as pl; df = pl.read_delta({path})"
-        spark = (f"from deltalake import DeltaTable; "
-                 f"df = spark.read.parquet(*DeltaTable({path}).file_uris())")
+        # The committed files only; basePath keeps the kind/site/date partition columns.
+        spark = (f"from deltalake import DeltaTable; df = spark.read.option(\"basePath\", "
+                 f"{path}).parquet(*DeltaTable({path}).file_uris())")
     else:
         load = (f"from orderedstream.sinks.table import FencedTable; "
                 f"t = FencedTable({path}).to_arrow()")
