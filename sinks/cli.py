@@ -22,7 +22,9 @@ SECRET_OPTIONS = ("key", "secret", "token", "password", "session_token", "access
                   "secret_key", "account_key", "sas_token", "client_secret")
 
 
-def _storage(args: argparse.Namespace) -> dict[str, Any]:
+def storage_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """fsspec options from ``--storage-options`` (JSON, secrets refused) and ``--s3-endpoint``
+    (credentials from the AWS chain); shared by the ``sink`` and ``table`` commands."""
     options: dict[str, Any] = {}
     if args.storage_options:
         try:
@@ -46,7 +48,7 @@ def _storage(args: argparse.Namespace) -> dict[str, Any]:
 def _batches(args: argparse.Namespace) -> int:
     from orderedstream.core.commitlog import CommitLog
 
-    log = CommitLog(args.url, _storage(args))
+    log = CommitLog(args.url, storage_options_from_args(args))
     if log.latest_version() is None:
         print("no commits")
         return 0
@@ -62,7 +64,7 @@ def _batches(args: argparse.Namespace) -> int:
 def _files(args: argparse.Namespace) -> int:
     from orderedstream.sinks.table import FencedTable
 
-    snap = FencedTable(args.url, _storage(args)).snapshot()
+    snap = FencedTable(args.url, storage_options_from_args(args)).snapshot()
     for f in sorted(snap.files, key=lambda f: f.path):
         print(f"{f.size:>12} {f.rows:>10}  {f.path}")
     print(f"{len(snap.files)} files, {snap.rows} rows, version {snap.version}")
@@ -87,7 +89,7 @@ def verify(url: str, storage_options: dict[str, Any] | None = None) -> list[str]
 
 
 def _verify(args: argparse.Namespace) -> int:
-    problems = verify(args.url, _storage(args))
+    problems = verify(args.url, storage_options_from_args(args))
     for line in problems:
         print(line)
     print("OK" if not problems else f"{len(problems)} problem(s)")
@@ -97,7 +99,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     from orderedstream.sinks.maintenance import compact
 
-    result = compact(args.url, _storage(args), target_file_bytes=parse_size(
+    result = compact(args.url, storage_options_from_args(args), target_file_bytes=parse_size(
         "--target-file-size", args.target_file_size), min_files=args.min_files,
         metadata_compact_interval=args.metadata_compact_interval)
     where = "nothing to compact" if result.record is None else f"version {result.record.version}"
@@ -108,7 +110,7 @@ def _compact(args: argparse.Namespace) -> int:
 def _vacuum(args: argparse.Namespace) -> int:
     from orderedstream.sinks.maintenance import vacuum
 
-    result = vacuum(args.url, _storage(args), grace_seconds=args.grace_seconds,
+    result = vacuum(args.url, storage_options_from_args(args), grace_seconds=args.grace_seconds,
                     dry_run=args.dry_run)
     for path in result.deleted:
         print(("would delete " if args.dry_run else "deleted ") + path)

@@ -17,8 +17,7 @@ import time
 from typing import Any
 
 from orderedstream.core.errors import CommitConflictError, OptionError, TableIntegrityError
-from orderedstream.core.storage import s3_endpoint_options
-from orderedstream.sinks.cli import SECRET_OPTIONS
+from orderedstream.sinks.cli import storage_options_from_args
 from orderedstream.sinks.deltafiles import delta_storage_options, log_path
 from orderedstream.sinks.deltalog import DELTA_LOG, DeltaBatchLog, table_format
 from orderedstream.sinks.options import parse_size
@@ -26,30 +25,10 @@ from orderedstream.sinks.options import parse_size
 MIN_RETENTION_HOURS = 1
 
 
-def _storage(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if args.storage_options:
-        try:
-            options = json.loads(args.storage_options)
-        except json.JSONDecodeError as exc:
-            raise OptionError(f"--storage-options is not JSON ({exc}): pass an object such as "
-                              "'{\"client_kwargs\": {\"region_name\": \"eu-west-1\"}}'") from None
-        if not isinstance(options, dict):
-            raise OptionError("--storage-options must be a JSON object of fsspec options")
-        secret = sorted(k for k in options if k.lower() in SECRET_OPTIONS)
-        if secret:
-            raise OptionError(f"--storage-options must not carry secrets ({', '.join(secret)}): "
-                              "use AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a "
-                              "role")
-    if args.s3_endpoint:
-        options = {**s3_endpoint_options(args.s3_endpoint), **options}
-    return options
-
-
 def _open(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     from deltalake import DeltaTable
 
-    storage = _storage(args)
+    storage = storage_options_from_args(args)
     if table_format(args.url, storage) != "delta":
         raise OptionError(f"{args.url} is not a Delta table (no {DELTA_LOG}/ there); a fenced "
                           "Parquet table is maintained with 'orderedstream sink ...'")
