@@ -100,6 +100,7 @@ def commands(workdir: Path, state_url: str, storage_options: dict[str, Any]) -> 
            '.config("spark.ui.showConsoleProgress", "false").getOrCreate(); '
            f'{spark}; df.groupBy("kind").count().orderBy("kind").show()')
     kind = "Delta" if fmt == "delta" else "fenced Parquet"
+    rocks = state_command(output, state_url, storage_options)
     return [
         f"# the output table ({kind}) is on local disk: {output}",
         "# DuckDB:",
@@ -110,9 +111,30 @@ def commands(workdir: Path, state_url: str, storage_options: dict[str, Any]) -> 
         f"{py} -c {shlex.quote(spk)}",
         f"# state ({state_url}) lives on the embedded S3 ({endpoint}): start it first with",
         f"#   orderedstream services --workdir {shlex.quote(str(workdir))}",
-        "# then, in another terminal:",
+        "# then, in another terminal, the state as of the last committed batch with Spark",
+        "# (format(\"rocksstate\"); option batchId=N for an earlier batch):",
+        f"{py} -c {shlex.quote(rocks)}",
+        "# or a few keys per partition in plain Python:",
         f"{py} -c {shlex.quote(state_cmd)}",
     ]
+
+
+def state_command(output: Path, state_url: str, storage_options: dict[str, Any]) -> str:
+    """Python source reading the ordered stage's state with ``format("rocksstate")``: the
+    versions the output table's last commit names, from the state location on S3."""
+    storage = json.dumps(json.dumps(storage_options, sort_keys=True))
+    # The JVM starts Python workers with $PYSPARK_PYTHON: this venv's, where the source is.
+    return ("import os, sys; from pyspark.sql import SparkSession; "
+            'os.environ.setdefault("PYSPARK_PYTHON", sys.executable); '
+            'spark = SparkSession.builder.master("local[1]")'
+            '.config("spark.ui.showConsoleProgress", "false").getOrCreate(); '
+            'spark.sparkContext.setLogLevel("ERROR"); '
+            f'df = spark.read.format("rocksstate").option("path", {json.dumps(state_url)})'
+            f'.option("table", {json.dumps(str(output))}).option("storage_options", {storage})'
+            ".load(); "
+            'df.groupBy("topic", "partition", "batch_id", "version").count()'
+            '.orderBy("topic", "partition").show(); '
+            'df.select("topic", "partition", "key_str", "value").show(5, truncate=70)')
 
 
 def show_state(workdir: str | Path, partitions: int = 2, keys: int = 3,

@@ -16,8 +16,6 @@ S3 credentials come from the standard AWS chain (``AWS_ACCESS_KEY_ID``, ...), ne
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import sys
 from typing import Any
@@ -112,16 +110,6 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_json(value: Any) -> str:
-    def default(obj: Any) -> Any:
-        if isinstance(obj, bytes):
-            return obj.decode("utf-8", "backslashreplace")
-        if isinstance(obj, (datetime.datetime, datetime.date)):
-            return obj.isoformat()
-        return repr(obj)
-    return json.dumps(value, default=default, sort_keys=True)
-
-
 def _key(args: argparse.Namespace) -> Any:
     if args.key_type == "bytes":
         return args.key.encode()
@@ -135,6 +123,7 @@ def _key(args: argparse.Namespace) -> Any:
 
 def _state(args: argparse.Namespace) -> int:
     from orderedstream.statestore.ordered.state_inspect import StateInspector
+    from orderedstream.statestore.ordered.state_source import json_text
 
     inspector = StateInspector(output=_url(args.output), state=_url(args.state),
                                storage_options=_storage(args))
@@ -159,7 +148,7 @@ def _state(args: argparse.Namespace) -> int:
     else:
         found = list(inspector.history(topic, number, key, first=args.first, last=args.last))
     for kv in found:
-        shown = _print_json(kv.value) if kv.exists else "(no state)"
+        shown = json_text(kv.value) if kv.exists else "(no state)"
         print(f"batch {kv.batch_id}\tversion {kv.version}\ttimeout_ms {kv.timeout_ms}\t{shown}")
     return 0
 
