@@ -91,6 +91,25 @@ def no_spark_folders_left_in_the_temp_dir() -> Iterator[None]:
         pytest.fail(f"the test run left Spark temp folders in {temp}: {new[:10]}")
 
 
+def _close_pooled_consumers() -> None:
+    """Close this process's pooled Kafka consumers (in-process reads keep them for reuse)
+    while their brokers still answer: left open past the brokers' teardown, librdkafka prints
+    ``%3|...|FAIL|... Connection refused`` lines until the interpreter exits."""
+    from orderedstream.python_datasource.consumer_pool import POOL
+
+    POOL.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+                         ) -> Iterator[None]:
+    """Finalizers run last-in first-out: one added after ``make_kafka``'s own teardown was
+    registered runs before the brokers are killed."""
+    yield
+    if fixturedef.argname == "make_kafka":
+        fixturedef.addfinalizer(_close_pooled_consumers)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     outcome = yield

@@ -5,6 +5,7 @@ inside Spark (records deleted from Kafka before the job read them) shown reason 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -72,10 +73,28 @@ def test_run_is_quiet_writes_metrics_and_shows_a_state_failure_reason_first(
     consumer.close()
     for future in admin.delete_records(cut).values():
         future.result(30)
-    failed = run_cli(*args, "--max-restarts", "0", env=s3.aws_env(), split=True)
-    # progress lines went to stdout; the failure's report (stderr) starts with the reason
-    assert failed.stderr.startswith("orderedstream: DataLossError: "), failed.stderr[:600]
-    assert_reason_first(failed, "DataLossError", topic, "is gone", stream="stderr")
-    assert "STREAM_FAILED" in failed.stderr  # Spark's report follows the reason
-    assert failed.stderr.index("DataLossError") < failed.stderr.index("STREAM_FAILED")
-    assert failed.stdout.startswith("[job] checked")
+    del admin  # its client would outlive the broker in a failure's traceback (noise at exit)
+    failed = run_cli(*args, "--max-restarts", "0", env=s3.aws_env())
+    # stdout and stderr merged, as a terminal shows them: the progress lines, then the failure
+    # report, whose first line is the pack's sentence; Spark's report is in the log file
+    out = failed.stdout
+    assert failed.returncode == 1, out[-4000:]
+    start = out.find("orderedstream: DataLossError: ")
+    assert start > 0, out[-4000:]
+    progress, report = out[:start], out[start:]
+    assert all(line.startswith("[job]") for line in progress.splitlines()), progress
+    assert_reason_first(_with_stdout(failed, report), "DataLossError", topic, "is gone")
+    assert f"(Spark's full report: {log}" in report.splitlines()[1], report[:600]
+    for spark_text in ("STREAM_FAILED", "PYTHON_", "SQLSTATE", "Traceback", *NOISE):
+        assert spark_text not in out, f"{spark_text!r} on the console:\n{out[-4000:]}"
+    assert report.index("DataLossError") < report.index("[job] stopped:")
+    # Spark's report (its wrappers and the worker's trace) follows the reason in the log file
+    logged = log.read_text()
+    reason = logged.rindex("orderedstream: DataLossError")
+    assert reason < logged.index("--- Spark's report", reason) < logged.index("SQLSTATE", reason)
+    assert out.startswith("[job] checked")
+
+
+def _with_stdout(result: subprocess.CompletedProcess[str], text: str
+                 ) -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess(result.args, result.returncode, text, result.stderr)

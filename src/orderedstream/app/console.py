@@ -15,6 +15,10 @@ Quiet mode sends everything that is not the pack's own output to one log file:
   WARNING and above).
 
 ``--verbose`` keeps today's behaviour: everything on the console.
+
+A failure is reported reason first (:func:`report_failure`): its first line is
+``orderedstream: <ErrorClass>: <message>``; quiet, Spark's report (wrappers and traces) goes to
+the log file, whose path the next line names; verbose, it follows on the console.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import io
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +133,37 @@ def _exception_text(exc: BaseException) -> str:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
+
+
+def failure_head(exc: BaseException) -> str:
+    """The failure's first line: ``orderedstream: <ErrorClass>: <message>`` (the pack's error
+    however Spark wrapped it), else ``orderedstream: failed: <Type>: <first line>``."""
+    from orderedstream.core.errors import OrderedStreamError
+
+    if isinstance(exc, OrderedStreamError):
+        return f"orderedstream: {type(exc).__name__}: {exc}"
+    reason = error_summary(exc)
+    if reason is not None:
+        return f"orderedstream: {reason}"
+    return f"orderedstream: failed: {type(exc).__name__}: {_first_line(_exception_text(exc))}"
+
+
+def report_failure(exc: BaseException, console: ConsoleSetup) -> None:
+    """Print a failure reason first on the console (stderr, after flushing stdout so the
+    sentence follows the progress lines in a merged stream). Quiet: the full report (Spark's
+    wrappers and traces) is appended to the log file and only its path is printed; verbose:
+    the report follows on the console."""
+    sys.stdout.flush()
+    if console.log_path is None:
+        sys.stderr.write(error_first(exc))
+        sys.stderr.flush()
+        return
+    with open(console.log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
+        log.write(f"\n{time.strftime('%y/%m/%d %H:%M:%S')} ERROR orderedstream: the failure "
+                  f"the console reported:\n{error_first(exc)}")
+    sys.stderr.write(f"{failure_head(exc)}\n(Spark's full report: {console.log_path}; "
+                     "--verbose prints it here)\n")
+    sys.stderr.flush()
 
 
 def error_first(exc: BaseException, *, log_path: Path | None = None) -> str:

@@ -4,10 +4,12 @@ progress, an optional Prometheus metrics file and restarts after transient failu
 Order of a run: options and locations are checked (Kafka answers, every location takes a
 probe object) before Spark starts, so a bad input fails in seconds with the pack's sentence
 first; then the Spark session, the query and its progress. A failure inside the query is
-printed reason first (``orderedstream.app.console.error_first``). A failure that is not one
-of the pack's refusals (a broker restart, a lost executor) restarts the query from its
-checkpoint, up to ``--max-restarts`` times; the pack's own errors (options, schema, order,
-state, storage) never restart: they need a person.
+printed reason first as soon as the progress view stops: its first line is
+``orderedstream: <ErrorClass>: <message>``, Spark's report goes to the log file (its path is
+the next line) unless ``--verbose`` (``orderedstream.app.console.report_failure``). A failure
+that is not one of the pack's refusals (a broker restart, a lost executor) restarts the query
+from its checkpoint, up to ``--max-restarts`` times; the pack's own errors (options, schema,
+order, state, storage) never restart: they need a person.
 """
 
 from __future__ import annotations
@@ -15,13 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orderedstream.app.console import ConsoleSetup, error_first, setup_console
+from orderedstream.app.console import ConsoleSetup, report_failure, setup_console
 from orderedstream.core.errors import (
     KafkaUnavailableError,
     OrderedStreamError,
@@ -108,10 +109,15 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
                 error = exc
                 break
             stopping["query"] = query
+            failure: BaseException | None = None
             with JobMonitor(query, opts, view, tracker):
                 while query.isActive:
-                    query.awaitTermination(1)
-            error = query.exception()
+                    try:
+                        query.awaitTermination(1)
+                    except Exception as exc:  # noqa: BLE001 - the query failed: reported
+                        failure = exc  # below, once the progress view has stopped
+                        break
+            error = query.exception() or failure
             if (error is None or stopping["signal"] is not None
                     or tracker.figures.restarts >= args.max_restarts or not _transient(error)):
                 break
@@ -123,14 +129,12 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
         figures = tracker.figures
         view.update({"figures": figures, "lag": None, "rate": 0.0,
                      "elapsed": time.monotonic() - began}, force=True)
+    if error is not None:  # the progress view has stopped: the reason is the next line
+        report_failure(error, console)
     print(f"[job] stopped: {figures.batches} batches committed in this run, "
           f"{figures.records:,} records, {figures.restarts} restarts", flush=True)
     spark.stop()
-    if error is not None:
-        sys.stderr.write(error_first(error, log_path=console.log_path))
-        sys.stderr.flush()
-        return 1
-    return 0
+    return 0 if error is None else 1
 
 
 def _locations(opts: Any) -> dict[str, str]:
