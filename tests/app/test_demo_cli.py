@@ -4,7 +4,9 @@ folder, queries that work after it exited, and a second run that continues (veri
 from __future__ import annotations
 
 import shlex
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.app.cli_helpers import run_cli
@@ -23,6 +25,39 @@ def _printed_commands(output: str) -> dict[str, str]:
         if label in ("# DuckDB:", "# Polars:") and not line.startswith("#"):
             found[label.strip("# :")] = line
     return found
+
+
+def _rocksstate_command(output: str) -> str:
+    """The printed ``format("rocksstate")`` command (the line after its comment)."""
+    lines = [line.strip() for line in output.splitlines()]
+    found = [line for label, line in zip(lines, lines[1:], strict=False)
+             if "option batchId=N" in label and not line.startswith("#")]
+    assert len(found) == 1, output[-3000:]
+    return found[0]
+
+
+def _state_keys(workdir: Path, command: str) -> str:
+    """Run the printed rocksstate command as a user would: ``orderedstream services`` first
+    (the state is on the embedded S3), the command in another process, then Ctrl-C."""
+    services = subprocess.Popen([sys.executable, "-m", "orderedstream.app.cli", "services",
+                                 "--workdir", str(workdir)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        assert services.stdout is not None
+        seen = []
+        for line in services.stdout:  # blocks until the services print "ready"
+            seen.append(line)
+            if line.startswith("[services] ready"):
+                break
+        else:
+            raise AssertionError(f"services did not start: {''.join(seen)}")
+        done = subprocess.run(shlex.split(command), capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+    finally:
+        services.send_signal(signal.SIGINT)
+        services.wait(60)
 
 
 def test_demo_keeps_its_results_and_continues_verified(tmp_path: Path) -> None:
@@ -50,6 +85,14 @@ def test_demo_keeps_its_results_and_continues_verified(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr[-2000:]
         assert "change" in done.stdout and "snapshot" in done.stdout, done.stdout
         counts[name] = done.stdout
+
+    # the printed rocksstate command reads the ordered stage's state (embedded S3 restarted)
+    state = _state_keys(workdir, _rocksstate_command(out))
+    header = [line.replace(" ", "") for line in state.splitlines() if "key_str" in line]
+    assert header == ["|topic|partition|key_str|value|"], state
+    keys = [line for line in state.splitlines() if line.startswith("|sessions-site00|")
+            and "|site00-s" in line and '{"applied":' in line]
+    assert keys, state  # a session key and its state (JSON) per row
 
     second = run_cli("demo", "--workdir", str(workdir), *SMALL, timeout=900)
     assert second.returncode == 0, second.stdout[-4000:]
