@@ -22,12 +22,19 @@ The name does not collide with delta-spark's ``delta``. Where each piece runs:
 
 ``writerId`` (default ``"default"``) is the stream's stable name: keep it across restarts,
 give a query with a new checkpoint a new one.
+
+Spark reuses its Python planner and commit processes across micro-batches, so each process
+keeps its ``DeltaCommitter`` per table and writer id (a few, dropped after any error) and
+brings the loaded delta-rs table up to date (``update_incremental``) instead of reading the
+table again every batch. Each decision still reads the log's latest versions, as the
+foreachBatch writer's long-lived committer does.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -47,6 +54,24 @@ from orderedstream.sinks.schema import spark_to_arrow
 from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
 
 log = logging.getLogger(__name__)
+
+_COMMITTERS: OrderedDict[str, DeltaCommitter] = OrderedDict()
+_KEEP = 8  # committers (tables x writer ids) kept per process
+
+
+def _shared_committer(options: FencedParquetOptions) -> DeltaCommitter:
+    """This process's committer for ``options`` (table, writer id, storage options)."""
+    key = repr(options)
+    committer = _COMMITTERS.pop(key, None) or DeltaCommitter(options, app_id=options.writer_id)
+    _COMMITTERS[key] = committer
+    while len(_COMMITTERS) > _KEEP:
+        _COMMITTERS.popitem(last=False)
+    return committer
+
+
+def _forget(options: FencedParquetOptions) -> None:
+    """After an error: the next batch starts from a freshly loaded table."""
+    _COMMITTERS.pop(repr(options), None)
 
 
 @dataclass(frozen=True)
@@ -78,9 +103,12 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: FencedParquetOptions, schema: StructType) -> None:
         self.options = options
         self.arrow_schema = spark_to_arrow(schema)
-        self._committer: DeltaCommitter | None = DeltaCommitter(options,
-                                                                app_id=options.writer_id)
-        self.table_schema = self._committer.check_schema(self.arrow_schema)
+        self._committer: DeltaCommitter | None = _shared_committer(options)
+        try:
+            self.table_schema = self._committer.check_schema(self.arrow_schema)
+        except BaseException:
+            _forget(options)
+            raise
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
@@ -105,16 +133,19 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         mine = [m for m in messages if isinstance(m, DeltaCommitMessage)]
         offsets = merge_offsets({k: [a, b] for k, a, b in m.offsets} for m in mine)
-        committer = self._committer or DeltaCommitter(self.options,
-                                                      app_id=self.options.writer_id)
-        if committer.committed(int(batchId), lambda: offsets) is not None:
-            return  # a replay of a committed batch with the same offsets
-        # The schema was checked (and new columns added) when this writer was built, in this
-        # same commit process: no second check.
-        prepared = DeltaPrepared(batch_id=int(batchId), schema=self.table_schema,
-                                 token=uuid.uuid4().hex)
-        committer.publish(prepared, [f for m in mine for f in m.files], offsets=offsets,
-                          extra={"entry": "datasource"})
+        committer = self._committer or _shared_committer(self.options)
+        try:
+            if committer.committed(int(batchId), lambda: offsets) is not None:
+                return  # a replay of a committed batch with the same offsets
+            # The schema was checked (and new columns added) when this writer was built, in
+            # this same commit process: no second check.
+            prepared = DeltaPrepared(batch_id=int(batchId), schema=self.table_schema,
+                                     token=uuid.uuid4().hex)
+            committer.publish(prepared, [f for m in mine for f in m.files], offsets=offsets,
+                              extra={"entry": "datasource"})
+        except BaseException:
+            _forget(self.options)
+            raise
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: nothing to undo; written files stay unreferenced until vacuum."""

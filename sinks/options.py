@@ -22,6 +22,7 @@ _NAMES = {
     "path": "path", "storageoptions": "storage_options", "writerid": "writer_id",
     "partitionby": "partition_by", "compression": "compression",
     "compressionlevel": "compression_level", "rowgrouprows": "row_group_rows",
+    "rowgroupbytes": "row_group_bytes",
     "targetfilesize": "target_file_bytes", "targetfilebytes": "target_file_bytes",
     "metadatacompactinterval": "metadata_compact_interval",
     "maxopenfiles": "max_open_files",
@@ -56,7 +57,10 @@ class FencedParquetOptions:
     - ``writer_id``: names this writer in commit records and errors (default ``"default"``).
     - ``partition_by``: Hive-style partition columns (Spark option: comma separated).
     - ``compression`` (zstd default) / ``compression_level``; ``row_group_rows`` (rows per
-      Parquet row group, also the rows buffered per open file); ``target_file_bytes`` (roll
+      Parquet row group, also the rows buffered per open file); ``row_group_bytes`` (a row
+      group also ends once its Arrow data reaches this size, default 16 MiB: bounds the
+      memory per open file, and a task encodes and uploads while Spark still sends rows);
+      ``target_file_bytes`` (roll
       to a new file past this size); ``max_open_files`` (per task, bounds memory when
       writing many partitions); ``metadata_compact_interval``: ``_spark_metadata`` compacts
       every N versions (1..10: Spark readers derive the interval from the files and only
@@ -71,6 +75,7 @@ class FencedParquetOptions:
     compression: str = "zstd"
     compression_level: int | None = None
     row_group_rows: int = 1_000_000
+    row_group_bytes: int = 16 * 1024**2
     target_file_bytes: int = 128 * 1024**2
     max_open_files: int = 32
     metadata_compact_interval: int = 10
@@ -88,6 +93,7 @@ class FencedParquetOptions:
             if normal not in _NAMES:
                 accepted = ", ".join(sorted({"path", "storageOptions", "writerId", "partitionBy",
                                              "compression", "compressionLevel", "rowGroupRows",
+                                             "rowGroupBytes",
                                              "targetFileSize", "maxOpenFiles",
                                              "metadataCompactInterval"}))
                 raise OptionError(f"unknown fencedparquet option {key!r}; accepted: {accepted}")
@@ -124,6 +130,8 @@ class FencedParquetOptions:
             compression_level=None if level is None else _positive_int("compressionLevel",
                                                                        level, 22),
             row_group_rows=_positive_int("rowGroupRows", raw.get("row_group_rows", 1_000_000)),
+            row_group_bytes=parse_size("rowGroupBytes",
+                                       raw.get("row_group_bytes", 16 * 1024**2)),
             target_file_bytes=parse_size("targetFileSize",
                                          raw.get("target_file_bytes", 128 * 1024**2)),
             max_open_files=_positive_int("maxOpenFiles", raw.get("max_open_files", 32)),

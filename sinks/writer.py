@@ -2,10 +2,17 @@
 
 ``write_parquet_files(batches, options, attempt)`` consumes an iterator of Arrow RecordBatches
 (from ``mapInArrow``, a DataSourceStreamArrowWriter, or a driver-side loop), splits rows by
-the ``partition_by`` columns into Hive directories, buffers at most ``row_group_rows`` rows per
-open file (at most ``max_open_files`` open), rolls files past ``target_file_bytes``, and returns
-the ``DataFile`` descriptors (picklable). Nothing it writes is visible until a commit record
-lists it; a failed or duplicate attempt leaves orphans that vacuum removes.
+the ``partition_by`` columns into Hive directories, buffers at most ``row_group_rows`` rows or
+``row_group_bytes`` bytes per open file (at most ``max_open_files`` open), rolls files past
+``target_file_bytes``, and returns the ``DataFile`` descriptors (picklable). Nothing it writes
+is visible until a commit record lists it; a failed or duplicate attempt leaves orphans that
+vacuum removes.
+
+Pipelined: a full row group is encoded, compressed and uploaded by one background thread
+while the calling thread keeps reading input (from Spark's JVM), so a task's tail after its
+last input row is one row group's encode plus the last upload part, not the whole file's.
+At most ``_IN_FLIGHT`` row groups wait for that thread (bounded memory); its errors are
+raised in the caller. On S3 the file is uploaded in parts of ``_PART_BYTES`` as it grows.
 
 Runs on executors (or wherever it is called): it only needs the picklable options.
 """
@@ -14,7 +21,9 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +40,9 @@ from orderedstream.sinks.options import FencedParquetOptions
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # Characters Spark's ExternalCatalogUtils.escapePathName escapes in partition values.
 _ESCAPE = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(0x20)}
+_IN_FLIGHT = 2  # row groups queued for the background writer (memory bound)
+_PART_BYTES = 5 * 1024**2  # S3 multipart part size: the minimum S3 accepts
+_MAX_PARTS = 5_000  # parts per file at target size (S3 allows 10,000; files overshoot)
 
 
 def escape_partition_value(value: Any) -> str:
@@ -59,7 +71,23 @@ class _OpenFile:
     rows: int = 0
     pending: list[pa.RecordBatch] = field(default_factory=list)
     pending_rows: int = 0
+    pending_bytes: int = 0
+    submitted: int = 0  # Arrow bytes handed to the background thread (caller's count)
+    encoded: int = 0  # ... of which written (background thread's count)
+    written_bytes: int = 0  # Parquet bytes written so far (background thread)
+    last: Future[Any] | None = None  # this file's latest background job
     stats: FileStats | None = None
+
+    def may_be_full(self, target: int) -> bool:
+        """True unless the file is surely below ``target``: Parquet bytes written plus the
+        Arrow bytes still queued (an upper bound: encoding compresses)."""
+        return self.written_bytes + self.submitted - self.encoded >= target
+
+    def full(self, target: int) -> bool:
+        """Exact check: waits for this file's queued row groups first."""
+        if self.last is not None:
+            self.last.result()
+        return self.written_bytes >= target
 
 
 class ParquetFileWriter:
@@ -78,35 +106,49 @@ class ParquetFileWriter:
         fs, root = fsspec.core.url_to_fs(self.options.path, **self.options.storage_options)
         root = root.rstrip("/")
         open_files: dict[tuple[str, ...], _OpenFile] = {}
-        done: list[DataFile] = []
-        try:
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                for key, values, part in self._split(batch):
-                    current = open_files.get(key)
-                    if current is None:
-                        if len(open_files) >= self.options.max_open_files:
-                            victim = max(open_files, key=lambda k: open_files[k].pending_rows)
-                            done.append(self._close(open_files.pop(victim)))
-                        current = open_files[key] = self._open(fs, root, values, part.schema)
-                    current.pending.append(part)
-                    current.pending_rows += part.num_rows
-                    if current.pending_rows >= self.options.row_group_rows:
-                        self._flush(current)
-                        if current.handle.tell() >= self.options.target_file_bytes:
-                            done.append(self._close(open_files.pop(key)))
-            for key in list(open_files):
-                done.append(self._close(open_files.pop(key)))
-        except BaseException:
-            for leftover in open_files.values():  # orphans; never listed in a commit
-                try:
-                    leftover.writer.close()
-                    leftover.handle.close()
-                except Exception:  # noqa: BLE001 - best effort on the failure path
-                    pass
-            raise
-        return done
+        opened: list[_OpenFile] = []
+        closing: list[Future[DataFile]] = []
+        with ThreadPoolExecutor(1, thread_name_prefix="orderedstream-parquet") as pool:
+            inflight: deque[Future[Any]] = deque()
+
+            def submit(job: Callable[..., Any], *args: Any) -> Future[Any]:
+                while len(inflight) >= _IN_FLIGHT:  # bounded memory; re-raises its error
+                    inflight.popleft().result()
+                future = pool.submit(job, *args)
+                inflight.append(future)
+                return future
+
+            try:
+                for batch in batches:
+                    if batch.num_rows == 0:
+                        continue
+                    for key, values, part in self._split(batch):
+                        current = open_files.get(key)
+                        if current is None:
+                            if len(open_files) >= self.options.max_open_files:
+                                victim = max(open_files,
+                                             key=lambda k: open_files[k].pending_rows)
+                                closing.append(self._close(open_files.pop(victim), submit))
+                            current = open_files[key] = self._open(fs, root, values,
+                                                                   part.schema)
+                            opened.append(current)
+                        current.pending.append(part)
+                        current.pending_rows += part.num_rows
+                        current.pending_bytes += part.nbytes
+                        if (current.pending_rows >= self.options.row_group_rows
+                                or current.pending_bytes >= self.options.row_group_bytes):
+                            self._flush(current, submit)
+                            target = self.options.target_file_bytes
+                            if current.may_be_full(target) and current.full(target):
+                                closing.append(self._close(open_files.pop(key), submit))
+                for key in list(open_files):
+                    closing.append(self._close(open_files.pop(key), submit))
+                return [future.result() for future in closing]
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)  # no write races the cleanup
+                for leftover in opened:  # orphans; never listed in a commit
+                    _abandon(leftover)
+                raise
 
     def _split(self, batch: pa.RecordBatch
                ) -> Iterator[tuple[tuple[str, ...], dict[str, str], pa.RecordBatch]]:
@@ -137,27 +179,44 @@ class ParquetFileWriter:
         rel = f"{subdir}/{name}" if subdir else name
         if is_local(fs):  # object stores have no directories to create
             fs.makedirs(f"{root}/{subdir}" if subdir else root, exist_ok=True)
-        handle = fs.open(f"{root}/{rel}", "wb")
+            handle = fs.open(f"{root}/{rel}", "wb")
+        else:  # upload parts while the file grows (s3fs's default part is 50 MB)
+            part = max(_PART_BYTES, -(-self.options.target_file_bytes // _MAX_PARTS))
+            handle = fs.open(f"{root}/{rel}", "wb", block_size=part)
         writer = pq.ParquetWriter(
             handle, schema, compression=None if codec == "none" else codec,
             compression_level=self.options.compression_level)
         return _OpenFile(partition=dict(values), rel_path=rel, handle=handle, writer=writer,
                          stats=FileStats() if self.options.file_stats else None)
 
-    def _flush(self, current: _OpenFile) -> None:
+    def _flush(self, current: _OpenFile, submit: Callable[..., Future[Any]]) -> None:
+        """Hand the buffered rows to the background thread as one row group."""
         if not current.pending:
             return
-        if current.stats is not None:  # Delta output: statistics for the add action
-            for batch in current.pending:
-                current.stats.update(batch)
-        table = pa.Table.from_batches(current.pending)
-        current.writer.write_table(table, row_group_size=self.options.row_group_rows)
-        current.rows += table.num_rows
-        current.pending = []
-        current.pending_rows = 0
+        pending, size = current.pending, current.pending_bytes
+        current.rows += current.pending_rows
+        current.submitted += size
+        current.pending, current.pending_rows, current.pending_bytes = [], 0, 0
+        current.last = submit(self._write_group, current, pending, size)
 
-    def _close(self, current: _OpenFile) -> DataFile:
-        self._flush(current)
+    def _write_group(self, current: _OpenFile, pending: list[pa.RecordBatch],
+                     size: int) -> None:
+        """Background thread: statistics, encode + compress, upload (as parts fill)."""
+        if current.stats is not None:  # Delta output: statistics for the add action
+            for batch in pending:
+                current.stats.update(batch)
+        table = pa.Table.from_batches(pending)
+        current.writer.write_table(table, row_group_size=self.options.row_group_rows)
+        current.written_bytes = current.handle.tell()
+        current.encoded += size
+
+    def _close(self, current: _OpenFile, submit: Callable[..., Future[Any]]
+               ) -> Future[DataFile]:
+        self._flush(current, submit)
+        return submit(self._finish, current)
+
+    def _finish(self, current: _OpenFile) -> DataFile:
+        """Background thread: footer, last part, complete the upload; the descriptor."""
         current.writer.close()
         size = current.handle.tell()
         current.handle.close()
@@ -165,6 +224,15 @@ class ParquetFileWriter:
                         partition=current.partition,
                         stats=None if current.stats is None else current.stats.to_delta(
                             current.rows))
+
+
+def _abandon(leftover: _OpenFile) -> None:
+    """Failure path: close what can be closed; the file is an orphan either way."""
+    for close in (leftover.writer.close, leftover.handle.close):
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - best effort on the failure path
+            pass
 
 
 def write_parquet_files(batches: Iterable[pa.RecordBatch], options: FencedParquetOptions,
