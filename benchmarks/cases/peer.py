@@ -84,15 +84,20 @@ class TreeSampler:
             return
         rss = 0
         parts: dict[str, float] = {}
+        seen: dict[int, int] = {}
         for proc in procs:
             try:
                 with proc.oneshot():
                     times = proc.cpu_times()
                     self.cpu[(proc.pid, proc.create_time())] = times.user + times.system
                     mine = proc.memory_info().rss
+                    parent = proc.ppid()
                     kind = _kind(proc)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
+            seen[proc.pid] = mine
+            if mine > 2**26 and seen.get(parent) == mine:
+                continue  # a child the JVM is spawning shares its memory until exec: count once
             rss += mine
             self.cpu_kind[(proc.pid, proc.create_time())] = kind
             parts[kind] = parts.get(kind, 0.0) + mine / 2**20
@@ -148,7 +153,7 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
     born = params["process_started"]
     work = Path(params["work"])
     with TreeSampler(os.getpid()) as tree:
-        spark = two_engine_session("peer", engine, ctx, params, 8, __name__)
+        spark = two_engine_session("peer", engine, ctx, params, 8, __name__, main_job=True)
         try:
             opts = JobOptions(bootstrap=ctx.bootstrap, output=params["ours_output"],
                               state_location=params["ours_state"],
