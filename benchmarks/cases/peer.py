@@ -222,6 +222,7 @@ def _digest(rows: list[dict[str, Any]]) -> Counter:
 def run(ctx: CaseContext) -> list[Result]:
     """benchmarks.run case: generate sessions once, run both engines, compare outputs."""
     from orderedstream.app.job.generator import GeneratorOptions, generate
+    from orderedstream.sinks.deltalog import DeltaOutput, table_format
     from orderedstream.sinks.table import FencedTable
 
     wanted = ctx.scale.get("peer_records") or 2 * ctx.scale.get("e2e_records", 100_000)
@@ -244,7 +245,9 @@ def run(ctx: CaseContext) -> list[Result]:
     if ours["records"] != records or quix["records"] != records:
         raise RuntimeError(f"engines read {ours['records']} / {quix['records']} records, "
                            f"{records} were produced")
-    ours_rows = FencedTable(params["ours_output"], ctx.storage_options).to_arrow().select(
+    output = (DeltaOutput if table_format(params["ours_output"], ctx.storage_options) == "delta"
+              else FencedTable)  # the job's output_format (Delta by default)
+    ours_rows = output(params["ours_output"], ctx.storage_options).to_arrow().select(
         list(COMPARED)).to_pylist()
     quix_rows = _quix_rows(work)
     a, b = _digest(ours_rows), _digest(quix_rows)
