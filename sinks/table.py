@@ -13,17 +13,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from orderedstream.core import storage
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import CorruptLogError
 from orderedstream.sinks.schema import decode_schema
+
+if TYPE_CHECKING:  # pyarrow.dataset imports pandas: not at import (Spark's data source lookup)
+    import pyarrow.dataset as ds
 
 SPARK_LOG_DIR = "_spark_metadata"
 DEFAULT_COMPACT_INTERVAL = 10
@@ -122,6 +124,8 @@ class FencedTable:
     def dataset(self, version: int | None = None) -> ds.Dataset:
         """A pyarrow dataset over exactly the committed files (Hive partition columns typed
         from the table schema). Empty table: an empty in-memory dataset."""
+        import pyarrow.dataset as ds
+
         snap = self.snapshot(version)
         if snap.schema is None:
             return ds.dataset(pa.table({}))

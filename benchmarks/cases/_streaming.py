@@ -73,8 +73,9 @@ def kafka_connector_jars() -> list[str]:
 def spark_session(app: str, tmp_dir: Path, partitions: int,
                   kafka_jars: list[str] | None = None,
                   s3a_endpoint: str | None = None, master: str = "local[2]",
-                  conf: dict[str, str] | None = None) -> Any:
-    """A ``local[2]`` (or ``master``) session for an engine run.
+                  conf: dict[str, str] | None = None, java_options: str = "") -> Any:
+    """A ``local[2]`` (or ``master``) session for an engine run (``java_options``: the driver
+    JVM's extra options).
 
     ``kafka_jars`` adds Spark's own Kafka connector, ``s3a_endpoint`` hadoop-aws and
     S3A settings for SeaweedFS (anonymous uploads: SeaweedFS without identities refuses S3A's
@@ -102,15 +103,19 @@ def spark_session(app: str, tmp_dir: Path, partitions: int,
             "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider")
     if jars:
         settings["spark.jars"] = ",".join(jars)
-    return local_spark_session(app, master=master, conf=settings, tmp_dir=tmp_dir)
+    return local_spark_session(app, master=master, conf=settings, tmp_dir=tmp_dir,
+                               java_options=java_options)
 
 
 def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[str, Any],
-                       shuffle_partitions: int, module: str) -> Any:
+                       shuffle_partitions: int, module: str, main_job: bool = False) -> Any:
     """The session of one side of a this-pack-vs-Spark case, in that engine's own process:
     ``module``'s functions are pickled by value; Spark's side (``engine == "spark"``) also gets
-    Spark's Kafka connector (``params["kafka_jars"]``) and S3A to the case's SeaweedFS."""
+    Spark's Kafka connector (``params["kafka_jars"]``) and S3A to the case's SeaweedFS.
+    ``main_job``: the driver JVM options ``orderedstream run`` uses (``JOB_JAVA_OPTIONS``)."""
     from pyspark import cloudpickle
+
+    from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS
 
     cloudpickle.register_pickle_by_value(sys.modules[module])
     spark_side = engine == "spark"
@@ -118,7 +123,8 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
                          shuffle_partitions,
                          kafka_jars=params["kafka_jars"] if spark_side else None,
                          s3a_endpoint=ctx.s3_endpoint if spark_side else None,
-                         conf={"spark.sql.session.timeZone": "UTC"})
+                         conf={"spark.sql.session.timeZone": "UTC"},
+                         java_options=JOB_JAVA_OPTIONS if main_job else "")
 
 
 def s3a(url: str) -> str:

@@ -40,7 +40,8 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
 
     work = Path(params["work"])
     with TreeSampler(os.getpid()) as tree:
-        spark = two_engine_session("smallbatch", engine, ctx, params, 12, __name__)
+        spark = two_engine_session("smallbatch", engine, ctx, params, 12, __name__,
+                                   main_job=True)
         try:
             opts = JobOptions(bootstrap=ctx.bootstrap, output=params["output"],
                               state_location=params["state"], checkpoint=str(work / "cp"),

@@ -37,7 +37,7 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
                 tmp_dir: Path | None = None) -> Any:
     """The session: spark-submit's when launched by it, else a local one (quiet: its JVM logs
     to the run's log file)."""
-    from orderedstream.dev.services.spark import local_spark_session
+    from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS, local_spark_session
 
     if os.environ.get("PYSPARK_GATEWAY_PORT") and master is None:
         # Launched by spark-submit: its --master, --conf and --jars configure the session.
@@ -46,7 +46,7 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
         spark = SparkSession.builder.appName(app_name).getOrCreate()
     else:
         spark = local_spark_session(app_name, master=master or "local[2,4]", tmp_dir=tmp_dir,
-                                    java_options=console.java_options())
+                                    java_options=f"{JOB_JAVA_OPTIONS} {console.java_options()}")
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -4,5 +4,8 @@
 - ``storage``: fsspec URLs, exclusive creates and compare-and-swap writes on object storage;
 - ``datafile`` and ``commitlog``: the batch commit log, the single point of truth of a batch;
 - ``units``: durations and byte sizes as users write them (``"10 minutes"``, ``"128m"``);
-- ``jvm``: the one module that reaches the JVM through py4j (the shim's placement calls).
+- ``jvm``: the one module that reaches the JVM through py4j (the shim's placement calls, one
+  Python worker pool for data source reads and UDFs);
+- ``pydaemon``: the Python worker daemon of the pack's sessions (pyspark's compiled files, not
+  pyspark.zip).
 """

@@ -200,3 +200,34 @@ def task_executor_id() -> str | None:
         return None
     value = context.getLocalProperty(EXECUTOR_ID_PROPERTY)
     return str(value) if value else None
+
+
+def share_python_workers(spark: Any) -> bool:
+    """Let the Python functions this driver creates (``mapInArrow``, UDFs, RDD functions) run
+    in the Python workers Spark starts for Python Data Source reads: one daemon and one pool of
+    idle workers instead of two, so a worker that read a source's partition serves the next
+    stage. Spark keys its pools by the function's environment: a Data Source function carries
+    only ``PYTHONPATH`` (Spark's Python path), pyspark's carry ``PYSPARK_PYTHON`` and
+    ``PYTHONHASHSEED``. In local mode the workers inherit those two from the driver JVM with the
+    same values, so they are left out and ``PYTHONPATH`` added: every worker's environment is
+    what it was. True when shared; elsewhere (a cluster, other settings) nothing changes.
+    """
+    sc = spark.sparkContext
+    if not str(sc.master).startswith("local"):
+        return False
+    jvm = sc._jvm
+    try:  # PythonUtils.createPythonFunction's PYTHONPATH (that method is private to Spark)
+        utils = jvm.org.apache.spark.api.python.PythonUtils
+        system = jvm.java.lang.System
+        parts = [utils.sparkPythonPath(), system.getenv("PYTHONPATH") or ""]
+        path = str(utils.mergePythonPaths(utils.toSeq(parts)))
+        inherited = {key: system.getenv(key) for key in sc.environment}
+    except Exception as exc:  # noqa: BLE001 - internal APIs: without them, two pools as before
+        _log.info("Python workers of data sources and of UDFs stay in two pools: %s", exc)
+        return False
+    own = {k: v for k, v in sc.environment.items() if k != "PYTHONPATH" and inherited[k] != v}
+    if own or not path:  # a setting the workers would not inherit: keep it, and two pools
+        return False
+    sc.environment.clear()
+    sc.environment["PYTHONPATH"] = path
+    return True

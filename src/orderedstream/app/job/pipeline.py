@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from orderedstream.app.job.figures import observe_input
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
+from orderedstream.core.jvm import share_python_workers
+from orderedstream.python_datasource.ranges import materialized
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
 _log = logging.getLogger(__name__)
@@ -81,12 +83,26 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     for key, value in _kafka_options(opts).items():
         reader = reader.option(key, value)
     processor = make_processor(opts)
+    process = processor.process_batch
+    if share_python_workers(spark) and opts.emit == "ranges":  # local mode: one worker pool
+        process = _ranges_materialized(process)
     writer = (observe_input(reader.load()).writeStream.queryName(opts.query_name)
-              .foreachBatch(_with_callback(processor.process_batch, on_batch))
+              .foreachBatch(_with_callback(process, on_batch))
               .option("checkpointLocation", opts.checkpoint))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=opts.trigger)
     return writer.start(), processor
+
+
+def _ranges_materialized(process: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+    """``process`` fed the batch's range rows as a local DataFrame (``ranges.materialized``):
+    the source's read runs once per batch, and the ordered stage's tasks need one Python worker
+    each instead of two (with the pools shared: 2 workers in all instead of 4 on local[2])."""
+
+    def process_batch(batch_df: Any, batch_id: int) -> Any:
+        return process(materialized(batch_df), batch_id)
+
+    return process_batch
 
 
 def _with_callback(process: Callable[[Any, int], Any],
