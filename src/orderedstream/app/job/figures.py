@@ -7,12 +7,20 @@ state commit time and the batch's wall time. ``prometheus_text`` renders them in
 text exposition format; ``write_metrics_file`` replaces a file atomically (a scraper such as
 node_exporter's textfile collector never reads half a file).
 
-What reaches ``StreamingQueryProgress``: a ``foreachBatch`` sink reports no custom sink metrics,
-and figures known only after the ordered stage ran cannot be observed metrics of the query's
-plan (``Dataset.observe`` aggregates the input rows while the plan runs). ``observe_input``
-adds what *can* be observed there: the records and Kafka partitions of each batch, under
-``progress.observedMetrics["orderedstream"]``; the rest is in the metrics file and in
-``JobMonitor.figures``.
+What reaches ``StreamingQueryProgress``: the main job puts the ordered stage into the query's
+plan (``OrderedStateful.apply``, ``orderedstream.statestore.ordered.inplan``), so every batch's
+progress (``query.lastProgress``, listener events) carries ``observedMetrics["orderedstream"]``
+with the stage's own figures: ``records``, ``output_rows``, ``output_files``, ``state_keys``
+and ``state_bytes`` (sums over the Kafka partitions the batch processed, their state after
+it; the totals over every partition are this tracker's ``state_keys`` / ``state_bytes``),
+``restores``, ``bytes_downloaded``, ``timeouts``, ``state_commit_ms`` (the slowest task's
+state commit) and ``kafka_partitions``. They come from the same per-partition task results
+(``PartitionCommit``) that :class:`FigureTracker` adds up from each ``BatchResult``, so the
+metrics file and the live view agree with Spark's progress; the tracker also counts what
+the observation cannot: timeouts of idle partitions (a separate small job), skipped
+replays, restarts. When batches are placed on a cluster the stage runs inside
+``foreachBatch`` (``process_batch``) and :func:`observe_input` observes only the input's
+records and Kafka partitions.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The main job: ``orderedkafka`` -> ordered per-session state -> fenced Parquet, with progress.
+"""The main job: ``orderedkafka`` -> ordered per-session state -> Delta / fenced Parquet.
 
 Driver side. ``start_job`` builds the streaming query; ``wait_caught_up`` tells when it has
 caught up with Kafka (progress: ``orderedstream.app.job.monitor``).
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orderedstream.app.job.figures import observe_input
+from orderedstream.app.job.figures import OBSERVED_NAME, observe_input
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
@@ -69,7 +69,13 @@ def _kafka_options(opts: JobOptions) -> dict[str, str]:
 def start_job(spark: Any, opts: JobOptions, once: bool = False,
               on_batch: Callable[[Any, float], None] | None = None) -> tuple[Any, Any]:
     """Start the query (``once``: Trigger.AvailableNow); returns (query, processor).
-    ``on_batch(result, seconds)`` is called after each batch (figures, metrics file)."""
+    ``on_batch(result, seconds)`` is called after each batch (figures, metrics file).
+
+    The ordered stage is part of the query's plan (``OrderedStateful.apply`` /
+    ``commit_batch``), so Spark's progress carries its figures under
+    ``observedMetrics["orderedstream"]``; only when batches are placed on a cluster
+    (``placement="auto"``, the shim) does it run inside ``foreachBatch`` (``process_batch``),
+    with the input's records and Kafka partitions observed instead (``observe_input``)."""
     reader = (spark.readStream.format("orderedkafka")
               .option("kafka.bootstrap.servers", opts.bootstrap)
               .option("subscribePattern", opts.topic_pattern)
@@ -81,8 +87,13 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     for key, value in _kafka_options(opts).items():
         reader = reader.option(key, value)
     processor = make_processor(opts)
-    writer = (observe_input(reader.load()).writeStream.queryName(opts.query_name)
-              .foreachBatch(_with_callback(processor.process_batch, on_batch))
+    frame = reader.load()
+    if processor.placement.places(spark):  # per-batch placement needs the foreachBatch stage
+        frame, commit = observe_input(frame), processor.process_batch
+    else:  # the stage in the query's plan: its figures reach StreamingQueryProgress
+        frame, commit = processor.apply(frame, name=OBSERVED_NAME), processor.commit_batch
+    writer = (frame.writeStream.queryName(opts.query_name)
+              .foreachBatch(_with_callback(commit, on_batch))
               .option("checkpointLocation", opts.checkpoint))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=opts.trigger)
