@@ -50,7 +50,9 @@ from benchmarks.cases._ordered_logic import (
 )
 
 ENGINES = ("ordered", "ordered_records", "pandas", "tws")
-OURS = ("ordered", "ordered_records", "ordered_delta")  # ordered_delta: cases/ordereddelta.py
+OURS = ("ordered", "ordered_records", "ordered_delta", "ordered_inplan")
+# ordered_delta: cases/ordereddelta.py; ordered_inplan (Delta, the stage in the query's plan,
+# apply + commit_batch): cases/inplan.py
 BASELINE_NAMES = {"pandas": "groupBy().applyInPandasWithState",
                   "tws": "groupBy().transformWithStateInPandas"}
 SPILL_CONF = "spark.shuffle.spill.numElementsForceSpillThreshold"
@@ -103,7 +105,7 @@ def engine_main(engine: str, ctx: Any, params: dict[str, Any]) -> dict[str, Any]
     def source_of(topic: str) -> Any:
         return (spark.readStream.format("orderedkafka")
                 .option("kafka.bootstrap.servers", ctx.bootstrap).option("subscribe", topic)
-                .option("emit", "ranges" if engine in ("ordered", "ordered_delta")
+                .option("emit", "ranges" if engine in ("ordered", "ordered_delta", "ordered_inplan")
                         else "records")
                 .option("startingOffsets", "earliest").load())
 
@@ -146,8 +148,11 @@ def _start(engine: str, spark: Any, source: Any, work: Path) -> tuple[Any, Any]:
         proc = OrderedStateful(check_order, state_location=f"file://{work}/state",
                                output=f"file://{work}/out", output_schema=OUTPUT_DDL,
                                columns=COLUMNS, output_format=(
-                                   "delta" if engine == "ordered_delta" else "parquet"))
-        query = (source.writeStream.foreachBatch(proc.process_batch)
+                                   "delta" if engine in ("ordered_delta", "ordered_inplan")
+                                   else "parquet"))
+        in_plan = engine == "ordered_inplan"
+        query = ((proc.apply(source) if in_plan else source).writeStream
+                 .foreachBatch(proc.commit_batch if in_plan else proc.process_batch)
                  .option("checkpointLocation", str(work / "checkpoint"))
                  .trigger(availableNow=True).start())
 

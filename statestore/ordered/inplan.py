@@ -32,9 +32,12 @@ Commit, fencing, exactly-once and ordering are ``process_batch``'s: the same pre
 (``OrderedTask.run_partition``) and the same commit (``batch.finish_batch``). Not in the
 observed figures: processing-time timeouts of Kafka partitions with no records in the batch
 (a separate small Spark job after the stage, as today; committed in the same batch and
-counted in ``BatchResult``). ``state_keys`` / ``state_bytes`` are sums over the Kafka
-partitions the batch processed (their state after it), not the totals of every partition;
-``BatchResult`` / ``OrderedStateful.partition_states`` give those. ``placement="auto"``
+counted in ``BatchResult``; their key changes show in the next batch's totals).
+``state_keys`` / ``state_bytes`` are totals over every Kafka partition's state after the
+batch: each processed partition's row carries its change, and the stage's first task adds
+the totals before the batch (the plan's bases); ``state_bytes`` counts partitions last
+committed before the bases kept their size as 0 until they are processed again.
+``placement="auto"``
 cannot be planned per batch here: with it active (a checkpoint, the shim, a cluster) use
 ``process_batch``.
 """
@@ -79,14 +82,17 @@ STAGE_SCHEMA = pa.schema([
     ("bytes_downloaded", pa.int64()), ("timeouts", pa.int64()),
     ("state_commit_ms", pa.float64())])
 """One row per Kafka partition of the batch: its ``PartitionCommit`` JSON (null when the
-range was empty or in a dry run), its planned range and its figures."""
+range was empty or in a dry run), its planned range and its figures; plus, from the stage's
+first task, one row with no partition carrying the state totals before the batch."""
 
 _SUMMED = ("records", "output_rows", "output_files", "state_keys", "state_bytes", "restores",
            "bytes_downloaded", "timeouts")
 OBSERVED: tuple[str, ...] = (*_SUMMED, "state_commit_ms", "kafka_partitions")
 """The figures under ``observedMetrics["orderedstream"]``: sums over the batch's Kafka
-partitions, ``state_commit_ms`` the slowest task's state commit (ms), ``kafka_partitions``
-the partitions (ranges) the batch covered."""
+partitions (``records``, ``output_rows``, ``output_files``, ``restores``,
+``bytes_downloaded``, ``timeouts``); ``state_keys`` / ``state_bytes`` the totals over every
+Kafka partition's state after the batch; ``state_commit_ms`` the slowest task's state commit;
+``kafka_partitions`` the partitions (ranges) the batch covered."""
 
 
 def stage_ddl() -> str:
@@ -110,23 +116,35 @@ def decode_plan(text: str) -> tuple[BatchPlan, bool]:
             bool(data["dry_run"]))
 
 
-def _row(pid: str, planned: tuple[int, int] | None, commit: PartitionCommit | None,
-         ) -> pa.RecordBatch:
+def _row(pid: str | None, planned: tuple[int, int] | None, commit: PartitionCommit | None,
+         base: PartitionBase | None = None, **figures: Any) -> pa.RecordBatch:
+    """One stage row. ``state_keys`` / ``state_bytes`` of a partition's row are its change
+    against ``base`` (the carried row adds every partition's state before the batch), so the
+    observed sums are the totals over every Kafka partition's state after the batch."""
     row: dict[str, Any] = {"partition": pid, "commit": None,
                            "planned_from": None if planned is None else planned[0],
                            "planned_until": None if planned is None else planned[1],
-                           **{name: 0 for name in _SUMMED}, "state_commit_ms": 0.0}
+                           **{name: 0 for name in _SUMMED}, "state_commit_ms": 0.0, **figures}
     if commit is not None:
         metrics = commit.metrics
+        before = base or PartitionBase()
         row.update(
             commit=commit.to_json(), records=commit.records, output_rows=commit.output_rows,
-            output_files=len(commit.files), state_keys=int(commit.num_keys or 0),
-            state_bytes=int((metrics.get("state") or {}).get("bytes_total") or 0),
+            output_files=len(commit.files),
+            state_keys=int(commit.num_keys or 0) - int(before.num_keys or 0),
+            state_bytes=int(commit.state_bytes() or 0) - int(before.state_bytes or 0),
             restores=int(bool(metrics.get("restored"))),
             bytes_downloaded=int(metrics.get("bytes_downloaded") or 0),
             timeouts=commit.timeouts,
             state_commit_ms=float(metrics.get("commit_s") or 0.0) * 1000)
     return pa.RecordBatch.from_pylist([row], schema=STAGE_SCHEMA)
+
+
+def _carried(plan: BatchPlan) -> pa.RecordBatch:
+    """The row (of the stage's first task) adding every partition's state before the batch."""
+    bases = plan.bases.values()
+    return _row(None, None, None, state_keys=sum(int(b.num_keys or 0) for b in bases),
+                state_bytes=sum(int(b.state_bytes or 0) for b in bases))
 
 
 class StageTask:
@@ -160,7 +178,12 @@ class StageTask:
         return plan, dry_run
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
         plan, dry_run = self._plan()
+        context = TaskContext.get()
+        if not dry_run and context is not None and context.partitionId() == 0:
+            yield _carried(plan)
         batches = iter(batches)
         first = next(batches, None)
         if first is None:
@@ -200,7 +223,8 @@ class StageTask:
                 slices: Iterator[pa.RecordBatch] = itertools.chain([head], records)
                 if wanted is not None:
                     slices = (b.select(wanted) for b in slices)
-                yield _row(pid, planned, task.run_partition(pid, slices))
+                yield _row(pid, planned, task.run_partition(pid, slices),
+                           task.plan.base(pid))
 
     def _records(self, task: OrderedTask, batches: Iterator[pa.RecordBatch], dry_run: bool,
                  ) -> Iterator[pa.RecordBatch]:
@@ -213,17 +237,18 @@ class StageTask:
                     "its rows are not contiguous (the input was shuffled or unioned)")
             done.add(pid)
             if dry_run:
-                low = high = None
+                low: int | None = None
+                high = -1
                 for piece in runs.take(pid):
-                    lo, hi = pc.min_max(piece.column("offset")).values()
-                    low = lo.as_py() if low is None else min(low, lo.as_py())
-                    high = hi.as_py() if high is None else max(high, hi.as_py())
+                    lo, hi = (v.as_py() for v in pc.min_max(piece.column("offset")).values())
+                    low = lo if low is None else min(low, lo)
+                    high = max(high, hi)
                 yield _row(pid, None if low is None else (low, high + 1), None)
                 continue
             commit = task.run_partition(pid, runs.take(pid))
             planned = (None if commit.first_offset is None or commit.last_offset is None
                        else (commit.first_offset, commit.last_offset + 1))
-            yield _row(pid, planned, commit)
+            yield _row(pid, planned, commit, task.plan.base(pid))
 
 
 def observed_columns() -> list[Any]:
@@ -232,4 +257,4 @@ def observed_columns() -> list[Any]:
 
     sums = [F.coalesce(F.sum(name), F.lit(0)).cast("long").alias(name) for name in _SUMMED]
     return [*sums, F.coalesce(F.max("state_commit_ms"), F.lit(0.0)).alias("state_commit_ms"),
-            F.count(F.lit(1)).cast("long").alias("kafka_partitions")]
+            F.count("partition").cast("long").alias("kafka_partitions")]
