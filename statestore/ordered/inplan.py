@@ -168,7 +168,8 @@ class StageTask:
             raise OptionError(
                 "this DataFrame is the ordered stage of OrderedStateful.apply(); it runs only "
                 "inside its query's foreachBatch(stage.commit_batch), which gives each batch "
-                "its plan (write it with .writeStream.foreachBatch(stage.commit_batch))")
+                "its plan as a Spark local property (write it with .writeStream.foreachBatch("
+                "stage.commit_batch); keep PySpark's pinned threads, PYSPARK_PIN_THREAD=true)")
         plan, dry_run = decode_plan(text)
         spark_batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
         if spark_batch is not None and int(spark_batch) != plan.batch_id:

@@ -147,3 +147,16 @@ def test_apply_refuses_a_batch_frame_and_commit_batch_refuses_other_rows(
         stage.apply(frame)
     with pytest.raises(OptionError, match="commits the rows of OrderedStateful.apply"):
         stage.commit_batch(frame, 0)
+    # the stage's DataFrame run by another foreachBatch function has no plan: refused, no rows
+    name = topic(partitions=1)
+    assert kafka.produce(name, [(b"k", b"0")]) == 1
+    stream = (spark.readStream.format("orderedkafka")
+              .option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", name)
+              .option("startingOffsets", "earliest").option("emit", "ranges").load())
+    query = (stage.apply(stream).writeStream.foreachBatch(lambda df, _id: df.collect())
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True)
+             .start())
+    with pytest.raises(StreamingQueryException, match="runs only inside its query's"):
+        query.awaitTermination(300)
+    query.stop()
+    assert stage.log.latest() is None
