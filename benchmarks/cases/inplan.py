@@ -30,12 +30,15 @@ def run(ctx: Any) -> list[Any]:
     produce(ctx.bootstrap, topic, records, partitions, keys)
     warmup = max(1000, records // 50)
     produce(ctx.bootstrap, f"{topic}-warmup", warmup, partitions, max(10, warmup // 50))
+    per_trigger = max(1000, records // 20)  # about 20 batches: the per-batch cost shows
     res = measure(ctx, topic, records, partitions, work, ("ordered_inplan", "ordered_delta"),
-                  warmup_topic=f"{topic}-warmup")
+                  warmup_topic=f"{topic}-warmup", max_offsets_per_trigger=per_trigger)
     how = (f"{records:,} records over {partitions} partitions and {keys:,} keys, orderedkafka "
-           "emit=ranges, Delta output, Trigger.AvailableNow, output and state on local disk, "
+           f"emit=ranges, maxOffsetsPerTrigger {per_trigger:,}, Delta output, "
+           "Trigger.AvailableNow, output and state on local disk, "
            f"local[2], each in its own process after a {warmup:,}-record warm-up query")
-    figures = {e: {k: res[e][k] for k in ("seconds", "peak_rss_mb", "batches", "violations")}
+    figures = {e: {k: res[e][k] for k in ("seconds", "peak_rss_mb", "batches", "violations",
+                                       "duration_ms")}
                for e in res}
     return [Result("ordered in plan", "records/s: stage in the query's plan vs in foreachBatch",
                    "records/s", res["ordered_inplan"]["records_per_s"],

@@ -103,11 +103,14 @@ def engine_main(engine: str, ctx: Any, params: dict[str, Any]) -> dict[str, Any]
     spark = spark_session(f"ordered-bench-{engine}", work / "spark", params["partitions"],
                           conf=conf)
     def source_of(topic: str) -> Any:
-        return (spark.readStream.format("orderedkafka")
-                .option("kafka.bootstrap.servers", ctx.bootstrap).option("subscribe", topic)
-                .option("emit", "ranges" if engine in ("ordered", "ordered_delta", "ordered_inplan")
-                        else "records")
-                .option("startingOffsets", "earliest").load())
+        reader = (spark.readStream.format("orderedkafka")
+                  .option("kafka.bootstrap.servers", ctx.bootstrap).option("subscribe", topic)
+                  .option("emit", "ranges" if engine in ("ordered", "ordered_delta",
+                                                         "ordered_inplan") else "records")
+                  .option("startingOffsets", "earliest"))
+        if params.get("max_offsets_per_trigger"):  # several batches (default: one)
+            reader = reader.option("maxOffsetsPerTrigger", str(params["max_offsets_per_trigger"]))
+        return reader.load()
 
     try:
         if params.get("warmup_topic"):  # a running stream's state: workers up, imports done
@@ -216,14 +219,16 @@ def _stages(spark: Any) -> list[dict[str, Any]] | None:
 # ---- the comparison ------------------------------------------------------------------------
 def measure(ctx: Any, topic: str, records: int, partitions: int, work: Path,
             engines: tuple[str, ...] = ENGINES, spill_threshold: int | None = None,
-            warmup_topic: str | None = None) -> dict[str, dict[str, Any]]:
+            warmup_topic: str | None = None, max_offsets_per_trigger: int | None = None,
+            ) -> dict[str, dict[str, Any]]:
     """Each engine over ``topic`` in its own process (after a query over ``warmup_topic`` in
     the same session, when given); engine -> its figures. Every engine's output must have
     exactly ``records`` rows (complete, nothing duplicated)."""
     from benchmarks.cases._streaming import run_engine
 
     params = {"topic": topic, "partitions": partitions, "work": str(work),
-              "spill_threshold": spill_threshold, "warmup_topic": warmup_topic}
+              "spill_threshold": spill_threshold, "warmup_topic": warmup_topic,
+              "max_offsets_per_trigger": max_offsets_per_trigger}
     results = {}
     for engine in engines:
         res = run_engine("benchmarks.cases.ordered", engine, ctx, params, work / engine)
