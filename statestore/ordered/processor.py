@@ -22,6 +22,11 @@ Usage::
         .writeStream.foreachBatch(processor.process_batch)
         .option("checkpointLocation", ...).start())
 
+or with the stage in the query's plan, so Spark's progress carries its figures
+(``observedMetrics["orderedstream"]``; ``orderedstream.statestore.ordered.inplan``)::
+
+    processor.apply(source_df).writeStream.foreachBatch(processor.commit_batch)...start()
+
 Per batch N, through the sinks' publish path (``orderedstream.sinks.commit``): if N's commit
 record exists (a replay after a crash), only ``_spark_metadata`` is repaired. Otherwise one
 narrow ``mapInArrow`` stage runs every Kafka partition's records through the function on
