@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
@@ -64,12 +63,3 @@ def described(batch: pa.RecordBatch, secrets: KafkaSecrets | None = None,
     for raw in batch.column("reader").to_pylist():
         rng, options = pickle.loads(raw)
         yield rng, options.with_secrets(given)
-
-
-def materialized(batch: Any) -> Any:
-    """A batch of ``emit = ranges`` rows (a few per Kafka partition) read once on the driver and
-    handed on as a local DataFrame: its consumer's job then runs no Python Data Source read
-    (which needs its own Python worker beside the consumer's in every task) and reads nothing
-    twice. Driver, inside ``foreachBatch``."""
-    table = batch.toArrow()
-    return batch.sparkSession.createDataFrame(table.cast(RANGE_ARROW_SCHEMA), range_schema())

@@ -50,7 +50,9 @@ from benchmarks.cases._ordered_logic import (
 )
 
 ENGINES = ("ordered", "ordered_records", "pandas", "tws")
-OURS = ("ordered", "ordered_records", "ordered_delta")  # ordered_delta: cases/ordereddelta.py
+OURS = ("ordered", "ordered_records", "ordered_delta", "ordered_inplan")
+# ordered_delta: cases/ordereddelta.py; ordered_inplan (Delta, the stage in the query's plan,
+# apply + commit_batch): cases/inplan.py
 BASELINE_NAMES = {"pandas": "groupBy().applyInPandasWithState",
                   "tws": "groupBy().transformWithStateInPandas"}
 SPILL_CONF = "spark.shuffle.spill.numElementsForceSpillThreshold"
@@ -101,11 +103,14 @@ def engine_main(engine: str, ctx: Any, params: dict[str, Any]) -> dict[str, Any]
     spark = spark_session(f"ordered-bench-{engine}", work / "spark", params["partitions"],
                           conf=conf)
     def source_of(topic: str) -> Any:
-        return (spark.readStream.format("orderedkafka")
-                .option("kafka.bootstrap.servers", ctx.bootstrap).option("subscribe", topic)
-                .option("emit", "ranges" if engine in ("ordered", "ordered_delta")
-                        else "records")
-                .option("startingOffsets", "earliest").load())
+        reader = (spark.readStream.format("orderedkafka")
+                  .option("kafka.bootstrap.servers", ctx.bootstrap).option("subscribe", topic)
+                  .option("emit", "ranges" if engine in ("ordered", "ordered_delta",
+                                                         "ordered_inplan") else "records")
+                  .option("startingOffsets", "earliest"))
+        if params.get("max_offsets_per_trigger"):  # several batches (default: one)
+            reader = reader.option("maxOffsetsPerTrigger", str(params["max_offsets_per_trigger"]))
+        return reader.load()
 
     try:
         if params.get("warmup_topic"):  # a running stream's state: workers up, imports done
@@ -146,8 +151,11 @@ def _start(engine: str, spark: Any, source: Any, work: Path) -> tuple[Any, Any]:
         proc = OrderedStateful(check_order, state_location=f"file://{work}/state",
                                output=f"file://{work}/out", output_schema=OUTPUT_DDL,
                                columns=COLUMNS, output_format=(
-                                   "delta" if engine == "ordered_delta" else "parquet"))
-        query = (source.writeStream.foreachBatch(proc.process_batch)
+                                   "delta" if engine in ("ordered_delta", "ordered_inplan")
+                                   else "parquet"))
+        in_plan = engine == "ordered_inplan"
+        query = ((proc.apply(source) if in_plan else source).writeStream
+                 .foreachBatch(proc.commit_batch if in_plan else proc.process_batch)
                  .option("checkpointLocation", str(work / "checkpoint"))
                  .trigger(availableNow=True).start())
 
@@ -211,14 +219,16 @@ def _stages(spark: Any) -> list[dict[str, Any]] | None:
 # ---- the comparison ------------------------------------------------------------------------
 def measure(ctx: Any, topic: str, records: int, partitions: int, work: Path,
             engines: tuple[str, ...] = ENGINES, spill_threshold: int | None = None,
-            warmup_topic: str | None = None) -> dict[str, dict[str, Any]]:
+            warmup_topic: str | None = None, max_offsets_per_trigger: int | None = None,
+            ) -> dict[str, dict[str, Any]]:
     """Each engine over ``topic`` in its own process (after a query over ``warmup_topic`` in
     the same session, when given); engine -> its figures. Every engine's output must have
     exactly ``records`` rows (complete, nothing duplicated)."""
     from benchmarks.cases._streaming import run_engine
 
     params = {"topic": topic, "partitions": partitions, "work": str(work),
-              "spill_threshold": spill_threshold, "warmup_topic": warmup_topic}
+              "spill_threshold": spill_threshold, "warmup_topic": warmup_topic,
+              "max_offsets_per_trigger": max_offsets_per_trigger}
     results = {}
     for engine in engines:
         res = run_engine("benchmarks.cases.ordered", engine, ctx, params, work / engine)

@@ -30,13 +30,14 @@ from orderedstream.statestore.ordered.timeouts import (
 )
 
 if TYPE_CHECKING:
-    from orderedstream.statestore.ordered.processor import BatchResult, OrderedStateful
+    from orderedstream.statestore.ordered.batch import BatchResult
+    from orderedstream.statestore.ordered.processor import OrderedStateful
     from orderedstream.statestore.ordered.retention import RetentionPolicy, RetentionResult
 
 # Driver-side parts load on first use: executor tasks import this package for the runner, and
 # the driver's modules pull in the sink's table reader (pyarrow.dataset, pandas): about 0.35 s
 # of every Python worker's start.
-_LAZY = {"BatchResult": "processor", "OrderedStateful": "processor",
+_LAZY = {"BatchResult": "batch", "OrderedStateful": "processor",
          "RetentionPolicy": "retention", "RetentionResult": "retention"}
 
 

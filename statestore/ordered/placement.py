@@ -209,6 +209,10 @@ class StatePlacement:
             return None  # one executor (the driver): nothing to choose
         return placement
 
+    def places(self, spark: Any) -> bool:
+        """Whether batches would be placed on ``spark`` (the shim, a cluster, a checkpoint)."""
+        return self._shim(spark) is not None
+
     def _partition_order(self, frame: Any, batch_id: int, checkpoint: str) -> list[str] | None:
         """Kafka partition per Spark partition index of this batch (from the offset log at
         ``checkpoint``), or None (logged once)."""

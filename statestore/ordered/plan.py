@@ -46,6 +46,8 @@ class PartitionBase:
     next_timeout_ms: int | None = None
     executor: str | None = None
     num_keys: int | None = None
+    state_bytes: int | None = None
+    """Size of the files the version references (None: committed before this was kept)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,7 +116,12 @@ class PartitionCommit:
         return PartitionBase(version=self.batch_id, manifest=self.manifest,
                              last_offset=self.last_offset, max_event_ms=self.max_event_ms,
                              next_timeout_ms=self.next_timeout_ms, executor=self.executor,
-                             num_keys=self.num_keys)
+                             num_keys=self.num_keys, state_bytes=self.state_bytes())
+
+    def state_bytes(self) -> int | None:
+        """Size of the state version this task prepared (all files it references)."""
+        value = (self.metrics.get("state") or {}).get("bytes_total")
+        return None if value is None else int(value)
 
 
 def bases_from_extra(extra: Mapping[str, Any] | None) -> dict[str, PartitionBase]:

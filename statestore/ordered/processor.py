@@ -22,6 +22,11 @@ Usage::
         .writeStream.foreachBatch(processor.process_batch)
         .option("checkpointLocation", ...).start())
 
+or with the stage in the query's plan, so Spark's progress carries its figures
+(``observedMetrics["orderedstream"]``; ``orderedstream.statestore.ordered.inplan``)::
+
+    processor.apply(source_df).writeStream.foreachBatch(processor.commit_batch)...start()
+
 Per batch N, through the sinks' publish path (``orderedstream.sinks.commit``): if N's commit
 record exists (a replay after a crash), only ``_spark_metadata`` is repaired. Otherwise one
 narrow ``mapInArrow`` stage runs every Kafka partition's records through the function on
@@ -38,24 +43,24 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
 from orderedstream.core.errors import (
     CorruptStateError,
     OptionError,
-    OrderViolationError,
     StateNotFoundError,
     reason_first,
 )
 from orderedstream.python_datasource.client_config import secrets_from_options
 from orderedstream.python_datasource.ranges import is_range_columns
-from orderedstream.sinks.commit import prepare_batch, publish_batch
+from orderedstream.sinks.commit import prepare_batch
 from orderedstream.sinks.deltacommit import DeltaCommitter, DeltaPrepared, frame_offsets
 from orderedstream.sinks.deltalog import DeltaBatchLog, DeltaOutput
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.table import FencedTable
+from orderedstream.statestore.ordered.batch import BatchResult, finish_batch
 from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, decode_key
 from orderedstream.statestore.ordered.options import OrderedOptions, to_arrow_schema
 from orderedstream.statestore.ordered.output import batch_output_df
@@ -64,13 +69,10 @@ from orderedstream.statestore.ordered.plan import (
     BatchPlan,
     PartitionBase,
     PartitionCommit,
-    advance,
     bases_from_extra,
-    extra_for,
     partition_id,
     split_partition_id,
 )
-from orderedstream.statestore.ordered.replay_spec import replay_spec
 from orderedstream.statestore.ordered.retention import (
     DEFAULT_CLEANUP_INTERVAL_BATCHES,
     OrderedRetention,
@@ -85,68 +87,6 @@ from orderedstream.statestore.ordered.timeouts import NoTimeout, Timeout
 _log = logging.getLogger("orderedstream.statestore.ordered")
 
 DEFAULT_ROW_GROUP_ROWS = 131_072
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """What ``process_batch`` did for one batch (driver side)."""
-
-    batch_id: int
-    skipped: bool
-    record: CommitRecord
-    commits: tuple[PartitionCommit, ...] = ()
-
-    @property
-    def records(self) -> int:
-        return sum(c.records for c in self.commits)
-
-    @property
-    def output_rows(self) -> int:
-        return self.record.rows
-
-    preferred: Mapping[str, str] = field(default_factory=dict)
-    """Kafka partition -> executor id its task was asked to run on ({} without placement)."""
-
-    @property
-    def executors(self) -> dict[str, str | None]:
-        """Kafka partition -> executor that committed its state in this batch (Spark's executor
-        id when the batch was placed, else ``<host>/<executor id>`` when known)."""
-        return {c.partition_id: c.executor for c in self.commits}
-
-    @property
-    def restores(self) -> int:
-        """Partitions whose committed state was restored from the object store (their task's
-        executor had no current local copy) in this batch."""
-        return sum(1 for c in self.commits if c.metrics.get("restored"))
-
-    @property
-    def restored(self) -> tuple[str, ...]:
-        """The Kafka partitions counted by :attr:`restores`."""
-        return tuple(sorted(c.partition_id for c in self.commits if c.metrics.get("restored")))
-
-    @property
-    def bytes_downloaded(self) -> int:
-        """State bytes downloaded from the object store by this batch's tasks."""
-        return sum(int(c.metrics.get("bytes_downloaded") or 0) for c in self.commits)
-
-    cleanup: RetentionResult | None = None
-    """The state cleanup run after this batch's commit (None when none was due or it failed;
-    a failure is logged as a warning and never fails the batch)."""
-
-    processor: OrderedStateful | None = field(default=None, repr=False, compare=False)
-
-    def output_df(self, spark: Any = None, *, engine: Literal["arrow", "spark"] = "arrow"
-                  ) -> Any:
-        """The rows this batch committed, as a Spark DataFrame read from exactly the files its
-        commit record lists; the same rows when the batch was a skipped replay. Forward them
-        to another sink inside ``foreachBatch``; that sink must dedupe by batch id, since a
-        replay returns them again (see ``orderedstream.statestore.ordered.output``). ``spark``
-        defaults to the active session."""
-        if self.processor is None:
-            raise OptionError("this BatchResult was built without its OrderedStateful; use "
-                              "OrderedStateful.batch_output(batch_id) instead")
-        return batch_output_df(spark, self.processor.log, self.record,
-                               self.processor.options.storage_options, engine)
 
 
 class OrderedStateful:
@@ -326,6 +266,29 @@ class OrderedStateful:
                          self.options.state_location, type(exc).__name__, exc)
             return None
 
+    # ---- the stage in the query's plan (figures in StreamingQueryProgress) ------------
+    def apply(self, df: Any, *, name: str = "orderedstream") -> Any:
+        """The ordered stage as part of streaming ``df``'s plan (``orderedkafka`` rows, either
+        emit mode): write the result with ``.writeStream.foreachBatch(self.commit_batch)``.
+
+        Spark then reports each batch's stage figures (records, output rows and files, state
+        keys and bytes of the partitions processed, restores, slowest state commit ms, ...)
+        in ``StreamingQueryProgress.observedMetrics[name]`` and in listener events, which a
+        foreachBatch stage cannot (``orderedstream.statestore.ordered.inplan``). Same commit,
+        fencing and exactly-once as :meth:`process_batch`; OptionError when placement would
+        place batches on a cluster (use ``process_batch`` there, or ``placement="off"``).
+        """
+        from orderedstream.statestore.ordered.inplan_driver import apply_stage
+
+        return apply_stage(self, df, name=name)
+
+    def commit_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
+        """``foreachBatch`` function of a query written from :meth:`apply`: runs batch
+        ``batch_id``'s stage (one Spark job) and commits it exactly once."""
+        from orderedstream.statestore.ordered.inplan_driver import commit_stage
+
+        return commit_stage(self, batch_df, batch_id)
+
     # ---- the foreachBatch function -----------------------------------------------------
     def process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
         """Process micro-batch ``batch_id`` exactly once; use as ``foreachBatch``'s function.
@@ -373,34 +336,8 @@ class OrderedStateful:
             if first is exc:
                 raise
             raise first from exc
-        seen: dict[str, PartitionCommit] = {}
-        for commit in commits:
-            if commit.partition_id in seen:
-                raise OrderViolationError(
-                    f"Kafka {commit.partition_id} was processed by two tasks in batch "
-                    f"{batch_id} ({seen[commit.partition_id].task_attempt} and "
-                    f"{commit.task_attempt}): its records were split across Spark partitions. "
-                    "Feed the stage one input partition per Kafka partition (orderedkafka "
-                    "without minPartitions / maxRecordsPerPartition, no repartition)")
-            seen[commit.partition_id] = commit
-        files = [f for c in commits for f in c.data_files()]
-        extra = extra_for(advance(bases, commits), batch_id, commits,
-                          processing_time_ms=plan.processing_time_ms,
-                          replay=replay_spec(self.options, self.func))
-        if isinstance(prepared, DeltaPrepared):  # ONE Delta commit: files + state + offsets
-            covered = {c.partition_id: [c.first_offset, c.last_offset + 1] for c in commits
-                    if c.first_offset is not None and c.last_offset is not None}
-            record = self._delta.publish(  # type: ignore[union-attr]
-                prepared, files, offsets=planned if planned is not None else covered, extra=extra)
-        else:  # the batch's record (files + state manifests), then Spark's log
-            record = publish_batch(self.log, self.sink, batch_id, prepared.epoch, files,
-                                   prepared.schema, extra=extra)
-        self.placement.committed(placed, commits)
-        self.last_result = BatchResult(batch_id, False, record, tuple(commits),
-                                       dict(placed.planned) if placed is not None else {},
-                                       cleanup=self._cleanup_if_due(batch_id), processor=self)
-        self.records_total += self.last_result.records
-        return self.last_result
+        return finish_batch(self, prepared, plan, bases, commits, planned=planned,
+                            placed=placed)
 
     foreach_batch = process_batch
 

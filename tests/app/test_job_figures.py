@@ -32,7 +32,7 @@ def test_observed_metrics_and_tracker_figures_from_a_real_run(spark, kafka, s3, 
                       checkpoint=str(tmp_path / "ckpt"), topic_pattern=f"{prefix}-.*",
                       storage_options=s3.storage_options, query_name=unique("figq"))
     tracker = FigureTracker(tmp_path / "m.prom", labels={"query": "figs"})
-    query, _processor = start_job(spark, opts, once=True, on_batch=tracker.on_result)
+    query, processor = start_job(spark, opts, once=True, on_batch=tracker.on_result)
     try:
         query.awaitTermination(600)
     finally:
@@ -40,12 +40,28 @@ def test_observed_metrics_and_tracker_figures_from_a_real_run(spark, kafka, s3, 
     assert query.exception() is None
     observed = [p["observedMetrics"][OBSERVED_NAME] for p in query.recentProgress
                 if OBSERVED_NAME in (p.get("observedMetrics") or {})]
-    # Spark's own progress carries the records each batch read (observed on the input)
-    assert sum(int(m["records"]) for m in observed) == stats.records
+    assert observed and len(observed) == len(query.recentProgress)
+
+    def total(name: str) -> int:
+        return sum(int(m[name]) for m in observed)
+
+    # Spark's own progress carries the ordered stage's figures, equal to what was committed
+    table_rows = processor.table().to_arrow().num_rows
+    assert total("records") == stats.records
+    assert total("output_rows") == table_rows > 0
+    assert total("output_files") == len(processor.table().delta_table().file_uris()) > 0
+    last = observed[-1]  # state totals over every Kafka partition after the last batch
+    assert int(last["state_keys"]) == tracker.figures.state_keys > 0
+    assert int(last["state_bytes"]) == tracker.figures.state_bytes > 0
+    assert all(float(m["state_commit_ms"]) >= 0 for m in observed)
+    assert max(float(m["state_commit_ms"]) for m in observed) > 0
+    assert total("restores") >= 0 and total("timeouts") == 0
     assert 1 <= max(int(m["kafka_partitions"]) for m in observed) <= 2
+    # ... and the metrics file / live view read the same task results
     figures = tracker.figures
     assert figures.records == stats.records
-    assert figures.output_rows > 0 and figures.output_files > 0
+    assert figures.output_rows == table_rows and figures.output_files == total("output_files")
+    assert figures.restores == total("restores")
     assert figures.state_bytes > 0 and figures.last_batch_ms > 0
     assert figures.batches == len(observed)
     text = (tmp_path / "m.prom").read_text()

@@ -1,5 +1,5 @@
-"""The main job's Python workers: one pool serves the source's reads and the ordered stage, and
-the stage gets the batch's ranges as a local DataFrame holding the rows the source planned."""
+"""The main job's Python workers: one pool serves the source's reads and the ordered stage (the
+main job puts one tiny shuffle between them, so each task needs one worker)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
 from orderedstream.core.jvm import share_python_workers
-from orderedstream.python_datasource.ranges import RANGE_COLUMNS, materialized
-from tests.fixtures import unique
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -57,21 +55,3 @@ def test_data_source_reads_and_map_in_arrow_share_one_worker_pool(spark: Any) ->
     finally:
         del env["ORDEREDSTREAM_TEST_OWN_POOL"]
     assert own.isdisjoint(source)
-
-
-def test_materialized_ranges_are_the_planned_rows_without_a_source_scan(spark: Any,
-                                                                         kafka: Any) -> None:
-    topic = unique("workers-ranges")
-    kafka.create_topic(topic, 3)
-    for partition, count in enumerate((5, 0, 7)):
-        kafka.produce(topic, [(f"k{i}", f"v{i}") for i in range(count)], partition=partition)
-    ranges = (spark.read.format("orderedkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
-              .option("subscribe", topic).option("emit", "ranges").load())
-    local = materialized(ranges)
-    assert tuple(local.columns) == RANGE_COLUMNS
-    assert local.schema == ranges.schema
-    assert sorted(local.collect()) == sorted(ranges.collect())
-    assert sorted((r.partition, r.startOffset, r.endOffset) for r in local.collect()) == \
-        [(0, 0, 5), (2, 0, 7)]
-    plan = local._jdf.queryExecution().executedPlan().toString()
-    assert "LocalTableScan" in plan and "BatchEvalPython" not in plan and "Python" not in plan, plan

@@ -7,12 +7,19 @@ state commit time and the batch's wall time. ``prometheus_text`` renders them in
 text exposition format; ``write_metrics_file`` replaces a file atomically (a scraper such as
 node_exporter's textfile collector never reads half a file).
 
-What reaches ``StreamingQueryProgress``: a ``foreachBatch`` sink reports no custom sink metrics,
-and figures known only after the ordered stage ran cannot be observed metrics of the query's
-plan (``Dataset.observe`` aggregates the input rows while the plan runs). ``observe_input``
-adds what *can* be observed there: the records and Kafka partitions of each batch, under
-``progress.observedMetrics["orderedstream"]``; the rest is in the metrics file and in
-``JobMonitor.figures``.
+What reaches ``StreamingQueryProgress``: the main job puts the ordered stage into the query's
+plan (``OrderedStateful.apply``, ``orderedstream.statestore.ordered.inplan``), so every batch's
+progress (``query.lastProgress``, listener events) carries ``observedMetrics["orderedstream"]``
+with the stage's own figures: ``records``, ``output_rows``, ``output_files``, ``state_keys``
+and ``state_bytes`` (totals over every Kafka partition's state after the batch, as this
+tracker's), ``restores``, ``bytes_downloaded``, ``timeouts``, ``state_commit_ms`` (the slowest
+task's state commit) and ``kafka_partitions``. They come from the same per-partition task
+results (``PartitionCommit``) that :class:`FigureTracker` adds up from each ``BatchResult``, so
+the metrics file and the live view agree with Spark's progress; the tracker also counts what
+the observation cannot: timeouts of idle partitions (a separate small job), skipped replays,
+restarts. When batches are placed on a cluster the stage runs inside ``foreachBatch``
+(``process_batch``) and :func:`observe_input` observes only the input's records and Kafka
+partitions.
 """
 
 from __future__ import annotations
@@ -102,8 +109,12 @@ class FigureTracker:
         return figures
 
     def on_result(self, result: Any, seconds: float) -> None:
-        """``on_batch`` of ``start_job``: :meth:`on_batch` with the state keys after it."""
-        self.on_batch(result, seconds, state_keys=state_keys_of(result))
+        """``on_batch`` of ``start_job``: :meth:`on_batch` with the state totals after it."""
+        totals = state_totals_of(result)
+        if totals is not None and totals[1] is not None:
+            with self._lock:  # every partition's committed size is known: use those
+                self._state_bytes = dict(totals[1])
+        self.on_batch(result, seconds, state_keys=None if totals is None else totals[0])
 
     def _write(self) -> None:
         if self.metrics_file is not None:
@@ -112,6 +123,13 @@ class FigureTracker:
 
 def state_keys_of(result: Any) -> int | None:
     """State keys over every Kafka partition as of ``result``'s batch (None if unknown)."""
+    totals = state_totals_of(result)
+    return None if totals is None else totals[0]
+
+
+def state_totals_of(result: Any) -> tuple[int, dict[str, int] | None] | None:
+    """(state keys over every Kafka partition, partition -> state bytes, or None when a
+    partition's size is not in its commit) as of ``result``'s batch; None if unknown."""
     processor = getattr(result, "processor", None)
     if processor is None:
         return None
@@ -119,7 +137,10 @@ def state_keys_of(result: Any) -> int | None:
         states = processor.partition_states(int(result.batch_id))
     except Exception:  # noqa: BLE001 - a figure, never a failure
         return None
-    return sum(int(getattr(b, "num_keys", 0) or 0) for b in states.values())
+    keys = sum(int(getattr(b, "num_keys", 0) or 0) for b in states.values())
+    sizes = {pid: getattr(b, "state_bytes", None) for pid, b in states.items()}
+    known = all(v is not None for v in sizes.values())
+    return keys, ({pid: int(v or 0) for pid, v in sizes.items()} if known else None)
 
 
 _METRICS: tuple[tuple[str, str, str, str], ...] = (

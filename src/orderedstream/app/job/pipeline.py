@@ -1,4 +1,4 @@
-"""The main job: ``orderedkafka`` -> ordered per-session state -> fenced Parquet, with progress.
+"""The main job: ``orderedkafka`` -> ordered per-session state -> Delta / fenced Parquet.
 
 Driver side. ``start_job`` builds the streaming query; ``wait_caught_up`` tells when it has
 caught up with Kafka (progress: ``orderedstream.app.job.monitor``).
@@ -13,10 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orderedstream.app.job.figures import observe_input
+from orderedstream.app.job.figures import OBSERVED_NAME, observe_input
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
 from orderedstream.core.jvm import share_python_workers
-from orderedstream.python_datasource.ranges import materialized
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
 _log = logging.getLogger(__name__)
@@ -71,7 +70,13 @@ def _kafka_options(opts: JobOptions) -> dict[str, str]:
 def start_job(spark: Any, opts: JobOptions, once: bool = False,
               on_batch: Callable[[Any, float], None] | None = None) -> tuple[Any, Any]:
     """Start the query (``once``: Trigger.AvailableNow); returns (query, processor).
-    ``on_batch(result, seconds)`` is called after each batch (figures, metrics file)."""
+    ``on_batch(result, seconds)`` is called after each batch (figures, metrics file).
+
+    The ordered stage is part of the query's plan (``OrderedStateful.apply`` /
+    ``commit_batch``), so Spark's progress carries its figures under
+    ``observedMetrics["orderedstream"]``; only when batches are placed on a cluster
+    (``placement="auto"``, the shim) does it run inside ``foreachBatch`` (``process_batch``),
+    with the input's records and Kafka partitions observed instead (``observe_input``)."""
     reader = (spark.readStream.format("orderedkafka")
               .option("kafka.bootstrap.servers", opts.bootstrap)
               .option("subscribePattern", opts.topic_pattern)
@@ -83,26 +88,22 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     for key, value in _kafka_options(opts).items():
         reader = reader.option(key, value)
     processor = make_processor(opts)
-    process = processor.process_batch
-    if share_python_workers(spark) and opts.emit == "ranges":  # local mode: one worker pool
-        process = _ranges_materialized(process)
-    writer = (observe_input(reader.load()).writeStream.queryName(opts.query_name)
-              .foreachBatch(_with_callback(process, on_batch))
+    frame = reader.load()
+    if processor.placement.places(spark):  # per-batch placement needs the foreachBatch stage
+        frame, commit = observe_input(frame), processor.process_batch
+    else:  # the stage in the query's plan: its figures reach StreamingQueryProgress
+        if share_python_workers(spark) and opts.emit == "ranges":
+            # One worker pool (local mode): the source's range rows cross one tiny shuffle, so
+            # the source's read and the stage run in separate tasks, each with one Python
+            # worker, instead of two workers side by side in every stage task.
+            frame = frame.repartition(spark.sparkContext.defaultParallelism)
+        frame, commit = processor.apply(frame, name=OBSERVED_NAME), processor.commit_batch
+    writer = (frame.writeStream.queryName(opts.query_name)
+              .foreachBatch(_with_callback(commit, on_batch))
               .option("checkpointLocation", opts.checkpoint))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=opts.trigger)
     return writer.start(), processor
-
-
-def _ranges_materialized(process: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
-    """``process`` fed the batch's range rows as a local DataFrame (``ranges.materialized``):
-    the source's read runs once per batch, and the ordered stage's tasks need one Python worker
-    each instead of two (with the pools shared: 2 workers in all instead of 4 on local[2])."""
-
-    def process_batch(batch_df: Any, batch_id: int) -> Any:
-        return process(materialized(batch_df), batch_id)
-
-    return process_batch
 
 
 def _with_callback(process: Callable[[Any, int], Any],

@@ -1,0 +1,261 @@
+"""The ordered stage inside the streaming query's plan, so its figures reach Spark's progress.
+
+Usage::
+
+    stage = OrderedStateful(func, state_location=..., output=..., output_schema=...)
+    query = (stage.apply(spark.readStream.format("orderedkafka").option("emit", "ranges")
+                         .option("subscribe", "t").load())
+             .writeStream.foreachBatch(stage.commit_batch)
+             .option("checkpointLocation", ...).start())
+    query.lastProgress["observedMetrics"]["orderedstream"]   # records, output_rows, ...
+
+``apply`` puts the stage into the query's plan: the input -> (``coalesce`` to ``max_tasks``
+with ``emit=ranges``) -> ``mapInArrow(StageTask)`` -> ``observe("orderedstream", ...)``. Spark
+reports a plan's ``Dataset.observe`` metrics in ``StreamingQueryProgress.observedMetrics``
+(and in listener events) when the ``foreachBatch`` function runs an action on the DataFrame
+it is given; ``commit_batch``'s ``collect()`` is that action, so the stage's own figures
+(:data:`OBSERVED`) land there, per batch. When a function runs several actions on it, Spark
+4 reports the last one's (checked on this Spark): a skipped replay reports zeros.
+
+A plan is fixed when the query starts, but each batch's tasks need that batch's id, clock and
+state bases: ``commit_batch`` sets them as a Spark local property (:data:`PLAN_PROPERTY` +
+the stage's id, zlib + base64 JSON) on its thread just for its action, and the tasks read it
+with ``TaskContext.getLocalProperty`` (Spark ships local properties with every task; pinned
+threads, PySpark's default, make the ``foreachBatch`` callback's properties those of its
+jobs). The stage's rows carry each Kafka range's planned ``[from, until)`` too, so a Delta
+commit's offsets need no extra Spark job; a replay of a committed Delta batch runs the
+stage as a *dry run* (tasks report their planned ranges without reading Kafka or touching
+state) to decide skip (equal ranges) or ``CommitConflictError``, as ``process_batch`` does.
+
+Commit, fencing, exactly-once and ordering are ``process_batch``'s: the same prepare step
+(``DeltaCommitter.prepare`` / ``sinks.commit.prepare_batch``), the same task body
+(``OrderedTask.run_partition``) and the same commit (``batch.finish_batch``). Not in the
+observed figures: processing-time timeouts of Kafka partitions with no records in the batch
+(a separate small Spark job after the stage, as today; committed in the same batch and
+counted in ``BatchResult``; their key changes show in the next batch's totals).
+``state_keys`` / ``state_bytes`` are totals over every Kafka partition's state after the
+batch: each processed partition's row carries its change, and the stage's first task adds
+the totals before the batch (the plan's bases); ``state_bytes`` counts partitions last
+committed before the bases kept their size as 0 until they are processed again.
+``placement="auto"``
+cannot be planned per batch here: with it active (a checkpoint, the shim, a cluster) use
+``process_batch``.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from orderedstream.core.errors import OptionError, OrderViolationError
+from orderedstream.python_datasource.client_config import KafkaSecrets
+from orderedstream.python_datasource.ranges import described, is_range_columns
+from orderedstream.python_datasource.reader import read_range
+from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.statestore.ordered.options import OrderedOptions
+from orderedstream.statestore.ordered.plan import (
+    BatchPlan,
+    PartitionBase,
+    PartitionCommit,
+    partition_id,
+)
+from orderedstream.statestore.ordered.runner import OrderedTask, UserFunction, _Runs
+
+OBSERVED_NAME = "orderedstream"
+PLAN_PROPERTY = "orderedstream.ordered.plan."
+"""Prefix of the local property carrying one batch's plan to the stage's tasks."""
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""Set by Spark's MicroBatchExecution on the jobs of a micro-batch."""
+
+STAGE_SCHEMA = pa.schema([
+    ("partition", pa.string()), ("commit", pa.string()),
+    ("planned_from", pa.int64()), ("planned_until", pa.int64()),
+    ("records", pa.int64()), ("output_rows", pa.int64()), ("output_files", pa.int64()),
+    ("state_keys", pa.int64()), ("state_bytes", pa.int64()), ("restores", pa.int64()),
+    ("bytes_downloaded", pa.int64()), ("timeouts", pa.int64()),
+    ("state_commit_ms", pa.float64())])
+"""One row per Kafka partition of the batch: its ``PartitionCommit`` JSON (null when the
+range was empty or in a dry run), its planned range and its figures; plus, from the stage's
+first task, one row with no partition carrying the state totals before the batch."""
+
+_SUMMED = ("records", "output_rows", "output_files", "state_keys", "state_bytes", "restores",
+           "bytes_downloaded", "timeouts")
+OBSERVED: tuple[str, ...] = (*_SUMMED, "state_commit_ms", "kafka_partitions")
+"""The figures under ``observedMetrics["orderedstream"]``: sums over the batch's Kafka
+partitions (``records``, ``output_rows``, ``output_files``, ``restores``,
+``bytes_downloaded``, ``timeouts``); ``state_keys`` / ``state_bytes`` the totals over every
+Kafka partition's state after the batch; ``state_commit_ms`` the slowest task's state commit;
+``kafka_partitions`` the partitions (ranges) the batch covered."""
+
+
+def stage_ddl() -> str:
+    names = {pa.string(): "string", pa.int64(): "bigint", pa.float64(): "double"}
+    return ", ".join(f"{f.name} {names[f.type]}" for f in STAGE_SCHEMA)
+
+
+def encode_plan(plan: BatchPlan, *, dry_run: bool) -> str:
+    """A batch's plan as a local property value (zlib + base64 JSON)."""
+    data = {"batch_id": plan.batch_id, "processing_time_ms": plan.processing_time_ms,
+            "bases": {pid: b.to_dict() for pid, b in plan.bases.items()}, "dry_run": dry_run}
+    raw = zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 6)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def decode_plan(text: str) -> tuple[BatchPlan, bool]:
+    data = json.loads(zlib.decompress(base64.b64decode(text)))
+    bases = {pid: PartitionBase.from_dict(b) for pid, b in data["bases"].items()}
+    return (BatchPlan(batch_id=int(data["batch_id"]),
+                      processing_time_ms=int(data["processing_time_ms"]), bases=bases),
+            bool(data["dry_run"]))
+
+
+def _row(pid: str | None, planned: tuple[int, int] | None, commit: PartitionCommit | None,
+         base: PartitionBase | None = None, **figures: Any) -> pa.RecordBatch:
+    """One stage row. ``state_keys`` / ``state_bytes`` of a partition's row are its change
+    against ``base`` (the carried row adds every partition's state before the batch), so the
+    observed sums are the totals over every Kafka partition's state after the batch."""
+    row: dict[str, Any] = {"partition": pid, "commit": None,
+                           "planned_from": None if planned is None else planned[0],
+                           "planned_until": None if planned is None else planned[1],
+                           **{name: 0 for name in _SUMMED}, "state_commit_ms": 0.0, **figures}
+    if commit is not None:
+        metrics = commit.metrics
+        before = base or PartitionBase()
+        row.update(
+            commit=commit.to_json(), records=commit.records, output_rows=commit.output_rows,
+            output_files=len(commit.files),
+            state_keys=int(commit.num_keys or 0) - int(before.num_keys or 0),
+            state_bytes=int(commit.state_bytes() or 0) - int(before.state_bytes or 0),
+            restores=int(bool(metrics.get("restored"))),
+            bytes_downloaded=int(metrics.get("bytes_downloaded") or 0),
+            timeouts=commit.timeouts,
+            state_commit_ms=float(metrics.get("commit_s") or 0.0) * 1000)
+    return pa.RecordBatch.from_pylist([row], schema=STAGE_SCHEMA)
+
+
+def _carried(plan: BatchPlan) -> pa.RecordBatch:
+    """The row (of the stage's first task) adding every partition's state before the batch."""
+    bases = plan.bases.values()
+    return _row(None, None, None, state_keys=sum(int(b.num_keys or 0) for b in bases),
+                state_bytes=sum(int(b.state_bytes or 0) for b in bases))
+
+
+class StageTask:
+    """The ``mapInArrow`` function of the in-plan stage (executor side): the same work as
+    ``OrderedTask`` per Kafka partition, for the plan its batch's local property names."""
+
+    def __init__(self, options: OrderedOptions, func: UserFunction, sink: FencedParquetOptions,
+                 *, stage_id: str, kafka_secrets: KafkaSecrets | None = None) -> None:
+        self.options = options
+        self.func = func
+        self.sink = sink
+        self.stage_id = stage_id
+        self.kafka_secrets = kafka_secrets if kafka_secrets is not None else KafkaSecrets()
+
+    def _plan(self) -> tuple[BatchPlan, bool]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        text = None if context is None else context.getLocalProperty(PLAN_PROPERTY + self.stage_id)
+        if not text:
+            raise OptionError(
+                "this DataFrame is the ordered stage of OrderedStateful.apply(); it runs only "
+                "inside its query's foreachBatch(stage.commit_batch), which gives each batch "
+                "its plan as a Spark local property (write it with .writeStream.foreachBatch("
+                "stage.commit_batch); keep PySpark's pinned threads, PYSPARK_PIN_THREAD=true)")
+        plan, dry_run = decode_plan(text)
+        spark_batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
+        if spark_batch is not None and int(spark_batch) != plan.batch_id:
+            raise OrderViolationError(
+                f"the ordered stage was given the plan of batch {plan.batch_id} in Spark's "
+                f"batch {spark_batch}: commit_batch must be the query's foreachBatch function")
+        return plan, dry_run
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        plan, dry_run = self._plan()
+        context = TaskContext.get()
+        if not dry_run and context is not None and context.partitionId() == 0:
+            yield _carried(plan)
+        batches = iter(batches)
+        first = next(batches, None)
+        if first is None:
+            return
+        batches = itertools.chain([first], batches)
+        task = OrderedTask(self.options, self.func, plan, self.sink,
+                           kafka_secrets=self.kafka_secrets)
+        if is_range_columns(first.schema.names):
+            yield from self._ranges(task, batches, dry_run)
+        else:
+            yield from self._records(task, batches, dry_run)
+
+    def _ranges(self, task: OrderedTask, batches: Iterator[pa.RecordBatch], dry_run: bool,
+                ) -> Iterator[pa.RecordBatch]:
+        done: set[str] = set()
+        wanted = None if self.options.columns is None else self.options.required_columns()
+        for batch in batches:
+            for rng, reader_options in described(batch, self.kafka_secrets):
+                pid = partition_id(rng.topic, rng.partition)
+                if pid in done:
+                    raise OrderViolationError(
+                        f"Kafka {pid} appears twice in one task of batch "
+                        f"{task.plan.batch_id}: its range was split (orderedkafka "
+                        "minPartitions / maxRecordsPerPartition) or the ranges were "
+                        "repartitioned")
+                done.add(pid)
+                planned = (int(rng.start), int(rng.end))
+                if dry_run:
+                    yield _row(pid, planned, None)
+                    continue
+                records = read_range(rng, reader_options)
+                head = next(records, None)
+                if head is None:  # nothing to read: no commit, the range is still planned
+                    yield _row(pid, planned, None)
+                    continue
+                self.options.check_input(head.schema.names)
+                slices: Iterator[pa.RecordBatch] = itertools.chain([head], records)
+                if wanted is not None:
+                    slices = (b.select(wanted) for b in slices)
+                yield _row(pid, planned, task.run_partition(pid, slices),
+                           task.plan.base(pid))
+
+    def _records(self, task: OrderedTask, batches: Iterator[pa.RecordBatch], dry_run: bool,
+                 ) -> Iterator[pa.RecordBatch]:
+        runs = _Runs(batches)
+        done: set[str] = set()
+        while (pid := runs.peek()) is not None:
+            if pid in done:
+                raise OrderViolationError(
+                    f"Kafka {pid} appears twice in one task of batch {task.plan.batch_id}: "
+                    "its rows are not contiguous (the input was shuffled or unioned)")
+            done.add(pid)
+            if dry_run:
+                low: int | None = None
+                high = -1
+                for piece in runs.take(pid):
+                    lo, hi = (v.as_py() for v in pc.min_max(piece.column("offset")).values())
+                    low = lo if low is None else min(low, lo)
+                    high = max(high, hi)
+                yield _row(pid, None if low is None else (low, high + 1), None)
+                continue
+            commit = task.run_partition(pid, runs.take(pid))
+            planned = (None if commit.first_offset is None or commit.last_offset is None
+                       else (commit.first_offset, commit.last_offset + 1))
+            yield _row(pid, planned, commit, task.plan.base(pid))
+
+
+def observed_columns() -> list[Any]:
+    """The ``observe`` aggregates of :data:`OBSERVED` over the stage's rows."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    sums = [F.coalesce(F.sum(name), F.lit(0)).cast("long").alias(name) for name in _SUMMED]
+    return [*sums, F.coalesce(F.max("state_commit_ms"), F.lit(0.0)).alias("state_commit_ms"),
+            F.count("partition").cast("long").alias("kafka_partitions")]

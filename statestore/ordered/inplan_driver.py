@@ -1,0 +1,130 @@
+"""Driver side of the in-plan ordered stage: ``OrderedStateful.apply`` / ``commit_batch``.
+
+How the stage sits in the query's plan, and why the plan travels as a local property:
+``orderedstream.statestore.ordered.inplan``. The commit is ``process_batch``'s, step by step:
+prepare (a committed batch is skipped, or refused when a Delta replay's planned Kafka ranges
+differ), the stage (``collect()`` of the DataFrame Spark hands to ``foreachBatch``), due
+timeouts of idle partitions, then ``batch.finish_batch`` (one commit per batch).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from orderedstream.core.commitlog import CommitRecord
+from orderedstream.core.errors import OptionError, reason_first
+from orderedstream.python_datasource.ranges import is_range_columns
+from orderedstream.sinks.commit import prepare_batch
+from orderedstream.sinks.deltacommit import DeltaPrepared, Offsets
+from orderedstream.statestore.ordered.batch import BatchResult, finish_batch
+from orderedstream.statestore.ordered.inplan import (
+    OBSERVED_NAME,
+    PLAN_PROPERTY,
+    STAGE_SCHEMA,
+    StageTask,
+    encode_plan,
+    observed_columns,
+    stage_ddl,
+)
+from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit
+from orderedstream.statestore.ordered.runner import OrderedTask
+
+
+def apply_stage(processor: Any, df: Any, *, name: str = OBSERVED_NAME) -> Any:
+    """``df`` (``orderedkafka`` rows, either emit mode) -> the stage's rows, observed as
+    ``name``; see ``OrderedStateful.apply``."""
+    if not getattr(df, "isStreaming", False):
+        raise OptionError("OrderedStateful.apply(df) takes a streaming DataFrame (spark."
+                          "readStream.format('orderedkafka')...load()); for a batch DataFrame "
+                          "call process_batch(df, batch_id)")
+    if not isinstance(name, str) or not name:
+        raise OptionError(f"OrderedStateful.apply(name={name!r}): a non-empty string (the "
+                          "key under StreamingQueryProgress.observedMetrics)")
+    if processor.placement.places(df.sparkSession):
+        raise OptionError(
+            "OrderedStateful.apply(): placement='auto' with a checkpoint_location places each "
+            "batch's tasks on a cluster, which a plan fixed at start() cannot do. Use "
+            "foreachBatch(stage.process_batch) to keep placement, or placement='off'")
+    options = processor.options
+    if is_range_columns(df.columns):
+        if processor.max_tasks != 0:  # ranges share tasks, in turn (see max_tasks)
+            df = df.coalesce(processor.max_tasks
+                             or df.sparkSession.sparkContext.defaultParallelism)
+    else:
+        options.check_input(list(df.columns))
+        if options.columns is not None:
+            df = df.select(*options.required_columns())
+    task = StageTask(options, processor.func, processor.sink, stage_id=processor._writer_id,
+                     kafka_secrets=processor._kafka_secrets)
+    return df.mapInArrow(task, stage_ddl()).observe(name, *observed_columns())
+
+
+def _run_stage(processor: Any, batch_df: Any, plan: BatchPlan, *, dry_run: bool) -> list[Any]:
+    """``collect()`` of the stage for ``plan`` (its tasks read it from a local property set on
+    this thread for the action only)."""
+    context = batch_df.sparkSession.sparkContext
+    key = PLAN_PROPERTY + processor._writer_id
+    context.setLocalProperty(key, encode_plan(plan, dry_run=dry_run))
+    try:
+        return list(batch_df.collect())
+    except Exception as exc:  # the pack's reason first, Spark's trace as its cause
+        first = reason_first(exc, f"in batch {plan.batch_id}'s ordered stage")
+        if first is exc:
+            raise
+        raise first from exc
+    finally:
+        context.setLocalProperty(key, None)
+
+
+def _planned(rows: list[Any]) -> Offsets:
+    return {str(r["partition"]): [int(r["planned_from"]), int(r["planned_until"])]
+            for r in rows if r["planned_from"] is not None}
+
+
+def commit_stage(processor: Any, batch_df: Any, batch_id: int) -> BatchResult:
+    """Batch ``batch_id`` of a query written from ``apply``; see
+    ``OrderedStateful.commit_batch``."""
+    batch_id = int(batch_id)
+    if not set(STAGE_SCHEMA.names) <= set(batch_df.columns):
+        raise OptionError(
+            f"OrderedStateful.commit_batch got a DataFrame with columns {batch_df.columns}: "
+            "it commits the rows of OrderedStateful.apply(df) (write that DataFrame with "
+            ".writeStream.foreachBatch(stage.commit_batch)); for the source's own rows use "
+            "foreachBatch(stage.process_batch)")
+    options = processor.options
+    delta = processor._delta
+    if delta is not None:  # a replay is skipped only with the committed Kafka ranges
+        dry = BatchPlan(batch_id=batch_id, processing_time_ms=int(time.time() * 1000))
+        prepared: Any = delta.prepare(
+            batch_id, options.output_schema,
+            lambda: _planned(_run_stage(processor, batch_df, dry, dry_run=True)))
+    else:  # skip a replay (repairing _spark_metadata), check the epoch and the schema
+        prepared = prepare_batch(
+            processor.log, processor.sink, batch_id, options.output_schema,
+            epoch=processor._epoch, writer_id=processor._writer_id, owner=None)
+    if isinstance(prepared, CommitRecord):
+        processor.last_result = BatchResult(batch_id, True, prepared, processor=processor)
+        return processor.last_result
+    if not isinstance(prepared, DeltaPrepared):
+        processor._epoch = prepared.epoch
+    bases = processor.partition_states()  # of the latest batch, older than this one
+    plan = BatchPlan(batch_id=batch_id, processing_time_ms=int(time.time() * 1000),
+                     bases=bases)
+    rows = _run_stage(processor, batch_df, plan, dry_run=False)
+    commits = [PartitionCommit.from_json(r["commit"]) for r in rows if r["commit"] is not None]
+    task = OrderedTask(options, processor.func, plan, processor.sink,
+                       kafka_secrets=processor._kafka_secrets)
+    try:
+        commits += processor._run_due_timeouts(batch_df.sparkSession, task, bases,
+                                               {c.partition_id for c in commits}, plan)
+    except Exception as exc:
+        first = reason_first(exc, f"in batch {batch_id}'s ordered stage (timeouts)")
+        if first is exc:
+            raise
+        raise first from exc
+    return finish_batch(processor, prepared, plan, bases, commits,
+                        planned=_planned(rows) if delta is not None else None)
+
+
+__all__ = ["apply_stage", "commit_stage"]
