@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from orderedstream.core.commitlog import CommitRecord
-from orderedstream.core.errors import OptionError, reason_first
+from orderedstream.core.errors import OptionError, raise_reason_first
 from orderedstream.python_datasource.ranges import is_range_columns
 from orderedstream.sinks.commit import prepare_batch
 from orderedstream.sinks.deltacommit import DeltaPrepared, Offsets
@@ -69,10 +69,7 @@ def _run_stage(processor: Any, batch_df: Any, plan: BatchPlan, *, dry_run: bool)
     try:
         return list(batch_df.collect())
     except Exception as exc:  # the pack's reason first, Spark's trace as its cause
-        first = reason_first(exc, f"in batch {plan.batch_id}'s ordered stage")
-        if first is exc:
-            raise
-        raise first from exc
+        raise_reason_first(exc, f"in batch {plan.batch_id}'s ordered stage")
     finally:
         context.setLocalProperty(key, None)
 
@@ -119,10 +116,7 @@ def commit_stage(processor: Any, batch_df: Any, batch_id: int) -> BatchResult:
         commits += processor._run_due_timeouts(batch_df.sparkSession, task, bases,
                                                {c.partition_id for c in commits}, plan)
     except Exception as exc:
-        first = reason_first(exc, f"in batch {batch_id}'s ordered stage (timeouts)")
-        if first is exc:
-            raise
-        raise first from exc
+        raise_reason_first(exc, f"in batch {batch_id}'s ordered stage (timeouts)")
     return finish_batch(processor, prepared, plan, bases, commits,
                         planned=_planned(rows) if delta is not None else None)
 

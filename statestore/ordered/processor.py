@@ -50,8 +50,10 @@ from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
 from orderedstream.core.errors import (
     CorruptStateError,
     OptionError,
+    OrderedStreamError,
     StateNotFoundError,
-    reason_first,
+    log_failure,
+    raise_reason_first,
 )
 from orderedstream.python_datasource.client_config import secrets_from_options
 from orderedstream.python_datasource.ranges import is_range_columns
@@ -287,7 +289,11 @@ class OrderedStateful:
         ``batch_id``'s stage (one Spark job) and commits it exactly once."""
         from orderedstream.statestore.ordered.inplan_driver import commit_stage
 
-        return commit_stage(self, batch_df, batch_id)
+        try:
+            return commit_stage(self, batch_df, batch_id)
+        except OrderedStreamError as exc:  # the reason on the console before Spark's report
+            log_failure(_log, exc)
+            raise
 
     # ---- the foreachBatch function -----------------------------------------------------
     def process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
@@ -295,7 +301,13 @@ class OrderedStateful:
 
         Runs on the driver; the ordered stage it starts runs on the executors.
         """
-        batch_id = int(batch_id)
+        try:
+            return self._process_batch(batch_df, int(batch_id))
+        except OrderedStreamError as exc:  # the reason on the console before Spark's report
+            log_failure(_log, exc)
+            raise
+
+    def _process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
         ranges = is_range_columns(batch_df.columns)  # orderedkafka emit=ranges: tasks read
         planned = frame_offsets(batch_df) if self._delta is not None and ranges else None
         if self._delta is not None:  # replay only with equal offsets; schema (sinks.deltacommit)
@@ -332,10 +344,7 @@ class OrderedStateful:
             commits += self._run_due_timeouts(batch_df.sparkSession, task, bases,
                                               {c.partition_id for c in commits}, plan)
         except Exception as exc:  # the pack's reason first, Spark's trace as its cause
-            first = reason_first(exc, f"in batch {batch_id}'s ordered stage")
-            if first is exc:
-                raise
-            raise first from exc
+            raise_reason_first(exc, f"in batch {batch_id}'s ordered stage")
         return finish_batch(self, prepared, plan, bases, commits, planned=planned,
                             placed=placed)
 

@@ -84,13 +84,8 @@ def test_prometheus_text_and_atomic_replace(tmp_path: Path) -> None:
 
 def test_orderedstateful_failure_on_an_executor_raises_the_pack_error_first(
         spark, kafka, topic, s3, tmp_path: Path) -> None:
-    from confluent_kafka import Producer
-
     name = topic(partitions=1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap})
-    for i in range(3):
-        producer.produce(name, key=f"k{i}".encode(), value=b"v")
-    producer.flush(30)
+    assert kafka.produce(name, [(f"k{i}".encode(), b"v") for i in range(3)]) == 3
     batch = (spark.read.format("orderedkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
              .option("subscribe", name).load())
 
@@ -106,7 +101,13 @@ def test_orderedstateful_failure_on_an_executor_raises_the_pack_error_first(
     text = str(info.value)
     assert text.startswith("the ordered user function returned rows"), text[:300]
     assert "in batch 0's ordered stage" in text
-    assert info.value.__cause__ is not None  # Spark's trace, after the reason
+    # printed, the cause (the error as the executor raised it, no frames) comes first, and
+    # Spark's exception is kept as spark_error / the context, its report a note at the end
+    assert str(info.value.__cause__).startswith("the ordered user function returned rows")
+    assert info.value.__cause__.__traceback__ is None
+    spark_error = getattr(info.value, "spark_error", None)
+    assert spark_error is not None and info.value.__context__ is spark_error
+    assert any(n.startswith("Spark's report:") for n in info.value.__notes__)
 
 
 def test_orderedkafka_options_fail_at_load_with_the_pack_reason(spark, kafka) -> None:

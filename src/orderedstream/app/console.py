@@ -92,7 +92,9 @@ def setup_console(*, verbose: bool, log_path: Path | None = None,
     root.setLevel(logging.INFO)
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.WARNING)
-    console.addFilter(lambda record: record.name.startswith("orderedstream"))
+    # The pack's lines; a failed batch's reason is left to the CLI's own report of it.
+    console.addFilter(lambda record: record.name.startswith("orderedstream")
+                      and not getattr(record, "orderedstream_failure", False))
     console.setFormatter(logging.Formatter("[%(levelname)s] %(name)s: %(message)s"))
     root.addHandler(console)
     log4j = path.with_name(path.stem + "-log4j2.properties")
@@ -175,7 +177,7 @@ def error_first(exc: BaseException, *, log_path: Path | None = None) -> str:
     where = f"\n(full log: {log_path})" if log_path else ""
     if isinstance(exc, OrderedStreamError):
         head = f"orderedstream: {type(exc).__name__}: {exc}"
-        cause = exc.__cause__
+        cause = getattr(exc, "spark_error", None) or exc.__cause__
         tail = "" if cause is None else (
             f"\n\n--- cause ---\n{type(cause).__name__}: {_exception_text(cause).strip()}")
         return f"{head}{where}{tail}\n"

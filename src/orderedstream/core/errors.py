@@ -5,7 +5,9 @@ Messages name what was involved (topic, partition, offset, path, option) and wha
 
 from __future__ import annotations
 
+import logging
 import re
+from typing import NoReturn
 
 
 class OrderedStreamError(Exception):
@@ -176,7 +178,43 @@ def reason_first(exc: BaseException, where: str) -> BaseException:
     if found is None:
         return exc
     text = found.args[0] if isinstance(found, KeyError) and found.args else str(found)
-    return type(found)(f"{text} ({where}; Spark's trace is this error's cause)")
+    return type(found)(f"{text} ({where}; Spark's report follows)")
+
+
+def raise_reason_first(exc: BaseException, where: str) -> NoReturn:
+    """Raise :func:`reason_first`'s error for ``exc`` (call inside ``except``), arranged so a
+    printed trace starts with the pack's sentence: its cause is the error as raised where it
+    happened (message only, no frames: Python prints a cause first), Spark's exception is its
+    context and ``spark_error``, and Spark's report is a note after the message. This matters
+    in ``foreachBatch``: Spark quotes the Python trace inside ``[FOREACH_BATCH_USER_FUNCTION_
+    ERROR]``, where a cause's trace printed first buried the sentence thousands of characters
+    deep."""
+    first = reason_first(exc, where)
+    if first is exc:
+        raise exc
+    origin = pack_error_in(exc)
+    text = str(origin) if origin is not None else str(first)
+    if isinstance(origin, KeyError) and origin.args:
+        text = str(origin.args[0])
+    head = type(first)(text)
+    first.spark_error = exc  # type: ignore[attr-defined]
+    first.add_note(f"Spark's report:\n{_spark_report(exc)}")
+    raise first from head
+
+
+def _spark_report(exc: BaseException) -> str:
+    desc = getattr(exc, "desc", None)
+    return (desc if isinstance(desc, str) and desc else str(exc)).strip()
+
+
+def log_failure(logger: logging.Logger, exc: BaseException) -> None:
+    """One ERROR line ``orderedstream: <Class>: <first line>`` for the pack's error in ``exc``,
+    logged where a query's batch fails, before Spark prints its report (a script without
+    logging set up shows it on stderr through Python's last-resort handler). Records carry
+    ``orderedstream_failure`` so a CLI that reports the failure itself can leave them out."""
+    summary = error_summary(exc)
+    if summary is not None:
+        logger.error("orderedstream: %s", summary, extra={"orderedstream_failure": True})
 
 
 class LocationError(OrderedStreamError):

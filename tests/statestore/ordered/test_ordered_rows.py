@@ -97,9 +97,12 @@ def test_a_type_error_inside_a_generator_stays_the_users(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("emit", ["records", "ranges"])
 def test_the_bare_tuple_of_issue_17_fails_the_query_and_commits_nothing(
-        spark, kafka, topic, s3, s3_url, tmp_path, emit) -> None:
+        spark, kafka, topic, s3, s3_url, tmp_path, emit, caplog) -> None:
     """The streaming query as a user writes it: the batch fails with the pack's error naming
-    the key and the Kafka record; no row and no state is committed."""
+    the key and the Kafka record; no row and no state is committed. The reason comes first:
+    logged as one ERROR line when the batch fails (before Spark's report), and in Spark's
+    message right after its own ~315-character [STREAM_FAILED] / foreachBatch prefix (it was
+    after every frame of two traces, ~3,500 characters in)."""
     from orderedstream.python_datasource import OrderedKafkaDataSource
 
     spark.dataSource.register(OrderedKafkaDataSource)
@@ -115,10 +118,17 @@ def test_the_bare_tuple_of_issue_17_fails_the_query_and_commits_nothing(
     query = (frame.writeStream.foreachBatch(proc.process_batch)
              .option("checkpointLocation", str(tmp_path / "checkpoint"))
              .trigger(availableNow=True).start())
-    with pytest.raises(Exception) as info:
+    with caplog.at_level("ERROR", logger="orderedstream"), pytest.raises(Exception) as info:
         query.awaitTermination()
     text = str(info.value)
     assert "UserFunctionError" in text
+    prefix = text.index("Return Message: ") + len("Return Message: ")  # Spark's and py4j's
+    assert text.index("UserFunctionError: the ordered user function returned") - prefix < 60, \
+        text[:800]
+    logged = [r.getMessage() for r in caplog.records if getattr(r, "orderedstream_failure", 0)]
+    assert logged and logged[0].startswith(
+        "orderedstream: UserFunctionError: the ordered user function returned a bare tuple"), \
+        logged
     assert "returned a bare tuple whose item 'k0' (str) is not a row" in text
     assert f"for key b'k0' at Kafka topic '{name}' partition 0 offset 0 (batch 0)" in text
     assert proc.log.get(0) is None
