@@ -57,7 +57,6 @@ import pyarrow.compute as pc
 from orderedstream.core.errors import OptionError, OrderViolationError
 from orderedstream.python_datasource.client_config import KafkaSecrets
 from orderedstream.python_datasource.ranges import described, is_range_columns
-from orderedstream.python_datasource.reader import read_range
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.statestore.ordered.options import OrderedOptions
 from orderedstream.statestore.ordered.plan import (
@@ -200,7 +199,6 @@ class StageTask:
     def _ranges(self, task: OrderedTask, batches: Iterator[pa.RecordBatch], dry_run: bool,
                 ) -> Iterator[pa.RecordBatch]:
         done: set[str] = set()
-        wanted = None if self.options.columns is None else self.options.required_columns()
         for batch in batches:
             for rng, reader_options in described(batch, self.kafka_secrets):
                 pid = partition_id(rng.topic, rng.partition)
@@ -215,15 +213,10 @@ class StageTask:
                 if dry_run:
                     yield _row(pid, planned, None)
                     continue
-                records = read_range(rng, reader_options)
-                head = next(records, None)
-                if head is None:  # nothing to read: no commit, the range is still planned
+                slices = task.range_slices(rng, reader_options)
+                if slices is None:  # nothing to read: no commit, the range is still planned
                     yield _row(pid, planned, None)
                     continue
-                self.options.check_input(head.schema.names)
-                slices: Iterator[pa.RecordBatch] = itertools.chain([head], records)
-                if wanted is not None:
-                    slices = (b.select(wanted) for b in slices)
                 yield _row(pid, planned, task.run_partition(pid, slices),
                            task.plan.base(pid))
 

@@ -329,7 +329,6 @@ class OrderedTask:
         """``orderedkafka`` with ``emit = ranges``: read each described range here, in this
         worker, and process it like the records mode would have delivered them."""
         done: set[str] = set()
-        wanted = None if self.options.columns is None else self.options.required_columns()
         for batch in batches:
             for rng, reader_options in described(batch, self.kafka_secrets):
                 pid = partition_id(rng.topic, rng.partition)
@@ -338,19 +337,28 @@ class OrderedTask:
                         f"Kafka {pid} appears twice in one task of batch {self.plan.batch_id}: "
                         "its range was split (orderedkafka minPartitions / "
                         "maxRecordsPerPartition) or the ranges were repartitioned")
-                records = read_range(rng, reader_options)  # same batches and checks as
-                # the source's records mode
-                head = next(records, None)
-                if head is None:  # nothing to read: no rows, as in records mode
+                slices = self.range_slices(rng, reader_options)
+                if slices is None:  # nothing to read: no rows, as in records mode
                     continue
                 done.add(pid)
-                self.options.check_input(head.schema.names)
-                slices: Iterator[pa.RecordBatch] = itertools.chain([head], records)
-                if wanted is not None:
-                    slices = (b.select(wanted) for b in slices)
                 commit = self.run_partition(pid, slices)
                 yield pa.RecordBatch.from_pylist([{"commit": commit.to_json()}],
                                                  schema=COMMIT_SCHEMA)
+
+    def range_slices(self, rng: Any, reader_options: Any) -> Iterator[pa.RecordBatch] | None:
+        """One described Kafka range read here (the same batches and checks as the source's
+        records mode), its input columns checked and narrowed to ``columns``; None when the
+        range holds no record."""
+        records = read_range(rng, reader_options)
+        head = next(records, None)
+        if head is None:
+            return None
+        self.options.check_input(head.schema.names)
+        slices: Iterator[pa.RecordBatch] = itertools.chain([head], records)
+        if self.options.columns is not None:
+            wanted = self.options.required_columns()
+            slices = (b.select(wanted) for b in slices)
+        return slices
 
     def run_timeouts_only(self, pid: str) -> PartitionCommit:
         """A partition without records in this batch whose timeouts are due."""
