@@ -9,6 +9,12 @@ stops exactly at the range end. Checks on the way: offsets strictly increase, a 
 start is loss only when the log start moved past it (otherwise it is a transaction marker, an
 aborted record or a compacted key), and the consumer's position must reach the planned end. A
 consumer that finished cleanly goes back to the pool; one that failed is closed.
+
+Ending a range before its last offset was delivered (trailing transaction markers, aborted or
+compacted records) is never decided on one consumer's word: a pooled consumer's prefetch and
+position were once seen to end a range one record early, silently. The reader first assigns
+the consumer again at the first undelivered offset and reads once more; only when that fresh
+read reaches the same early end is the rest of the range taken as holding no record.
 """
 
 from __future__ import annotations
@@ -75,6 +81,9 @@ class RangeReader:
         self._consumer: Any = None
         self._delivered = -1  # the offset the consumer delivers next without a seek (-1: ?)
         self._chunk = max(1, options.arrow_batch_max_records)
+        self._reread_at = -1  # the offset a fresh assignment re-read from to confirm an end
+        self._fetches = 0  # consume calls so far; a claim is believed only after a re-read
+        self._reread_fetch = 0  # ... that is, in a fetch after the re-assignment
         self._errors = ClientErrors(f"reading {rng.describe()}", options.secrets)
 
     # -- consumer ------------------------------------------------------------------------
@@ -131,6 +140,7 @@ class RangeReader:
             while self.next_offset < rng.end:
                 want = min(self._chunk, rng.end - self.next_offset)
                 fetch = self._consumer.consume(want, 1.0, rng.end, self.options.include_headers)
+                self._fetches += 1
                 self._errors.check()  # consume() served error_cb: a refused login fails now
                 eof = None
                 records = fetch.total > 0
@@ -167,10 +177,25 @@ class RangeReader:
     def _position_reached(self) -> bool:
         """True when the consumer's fetch position passed the end without a record there
         (trailing transaction markers / aborted records / compacted keys)."""
-        if self._consumer.position() >= self.rng.end:
+        if self._consumer.position() >= self.rng.end and self._confirm_early_end("position"):
             self.next_offset = self.rng.end
             self._delivered = -1  # control records: let the next reader seek
             return True
+        return False
+
+    def _confirm_early_end(self, why: str) -> bool:
+        """Whether [next_offset, end) may be taken as holding no record (``why``: what
+        claimed so). The first claim at an offset re-assigns the consumer there and says no,
+        so the range is read again from a fresh fetch; a second claim at the same offset is
+        believed. Records that the re-read delivers are read as usual (and logged)."""
+        if self.next_offset >= self.rng.end:
+            return True
+        if self._reread_at == self.next_offset:
+            return self._fetches > self._reread_fetch  # else this claim came before the re-read
+        log.debug("orderedkafka: %s: %s claims no record in [%d, %d); reading it again",
+                  self.rng.describe(), why, self.next_offset, self.rng.end)
+        self._reread_at, self._reread_fetch = self.next_offset, self._fetches
+        self._assign(self.next_offset)
         return False
 
     def _handle_events(self, events: list[tuple[Any, int]], records: bool,
@@ -206,7 +231,8 @@ class RangeReader:
     def _reached_eof(self, eof: int) -> None:
         """The consumer reached the log end at ``eof`` having delivered everything before it."""
         if eof >= self.rng.end:
-            self.next_offset = max(self.next_offset, self.rng.end)
+            if self._confirm_early_end(f"end of log at {eof}"):
+                self.next_offset = max(self.next_offset, self.rng.end)
             return
         low, high = self._watermarks()
         if high < self.rng.end:
@@ -227,13 +253,20 @@ class RangeReader:
             if low > self.next_offset:
                 self._loss(self.next_offset, min(low, rng.end),
                            f"retention deleted unread records (log starts at {low})")
-        if fetch.kept < fetch.total:
-            self.next_offset = rng.end
+        if fetch.kept and self._reread_at == self.next_offset:
+            log.warning("orderedkafka: %s: the consumer claimed no record in [%d, %d), but a "
+                        "fresh read delivers offset %d; reading on", rng.describe(),
+                        self._reread_at, rng.end, first)
+        batch = fetch.batch(self.schema, rng.topic, rng.partition) if fetch.kept else None
+        if fetch.kept < fetch.total:  # the fetch went past the end: nothing left below it?
+            if batch is not None:
+                self.next_offset = batch.column("offset")[-1].as_py() + 1
+            if self._confirm_early_end(f"a fetch reaching offset {fetch.last}"):
+                self.next_offset = rng.end
         else:
             self.next_offset = fetch.last + 1
-        if not fetch.kept:
+        if batch is None:
             return None
-        batch = fetch.batch(self.schema, rng.topic, rng.partition)
         self.records += fetch.kept
         if batch.nbytes > self.options.arrow_batch_max_bytes and self._chunk > 1:
             self._chunk = max(1, int(self._chunk * self.options.arrow_batch_max_bytes

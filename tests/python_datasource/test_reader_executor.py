@@ -89,3 +89,56 @@ def test_loss_inside_a_task_strict_and_window(kafka: Any, topic: Any, reader: st
                          opts(kafka.bootstrap, reader=reader))
     table = pa.Table.from_batches(list(window.batches()))
     assert table["offset"].to_pylist() == list(range(10, 30))
+
+
+class _SkippingConsumer:
+    """A real consumer with one injected fault, the one a chaos run once met: after ``after``
+    records it hides the next fetch and reports its position past the range end."""
+
+    def __init__(self, real: Any, after: int, claim: int) -> None:
+        self.real, self.after, self.claim, self.delivered = real, after, claim, 0
+        self.lied = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def consume(self, want: int, timeout_s: float, end: int, headers: bool) -> Any:
+        if self.delivered >= self.after and not self.lied:
+            self.real.consume(want, timeout_s, end, headers)  # its records are dropped
+            self.lied = True
+            return self.real.consume(0, 0.0, end, headers)
+        fetch = self.real.consume(want, timeout_s, end, headers)
+        self.delivered += fetch.kept
+        return fetch
+
+    def position(self) -> int:
+        return self.claim if self.lied else int(self.real.position())
+
+
+@pytest.mark.parametrize("claim", ["position", "eof"])
+def test_an_early_end_is_read_again_before_it_is_believed(kafka: Any, topic: Any, reader: str,
+                                                          claim: str, caplog: Any) -> None:
+    """A consumer that drops records and claims the range ended (its position past the end,
+    or an end of log reported past it) is not believed on its word: the reader assigns it
+    again at the first undelivered offset, reads the rest, and says what happened."""
+    name = topic(partitions=1)
+    kafka.produce(name, [(None, str(i).encode()) for i in range(10)])
+    rng = OffsetRange(name, 0, 0, 10, strict=True)
+    r = RangeReader(rng, opts(kafka.bootstrap, reader=reader, arrowBatchMaxRecords=4))
+    real_open = r._open
+    faulty: list[_SkippingConsumer] = []
+
+    def open_faulty() -> Any:
+        faulty.append(_SkippingConsumer(real_open(), after=8, claim=10))
+        return faulty[-1]
+
+    r._open = open_faulty  # type: ignore[method-assign]
+    if claim == "eof":  # the lie is an end-of-log event at the range end instead
+        real_reached = r._reached_eof
+        r._position_reached = lambda: (real_reached(10), r.next_offset >= 10)[1]  # type: ignore[method-assign]
+    with caplog.at_level("DEBUG", logger="orderedstream.python_datasource.reader"):
+        table = pa.Table.from_batches(list(r.batches()))
+    assert faulty[0].lied
+    assert table["offset"].to_pylist() == list(range(10))
+    assert "claims no record in [8, 10)" in caplog.text
+    assert "fresh read delivers offset 8" in caplog.text
