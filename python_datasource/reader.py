@@ -84,6 +84,7 @@ class RangeReader:
         self._reread_at = -1  # the offset a fresh assignment re-read from to confirm an end
         self._fetches = 0  # consume calls so far; a claim is believed only after a re-read
         self._reread_fetch = 0  # ... that is, in a fetch after the re-assignment
+        self._reread_why = ""
         self._errors = ClientErrors(f"reading {rng.describe()}", options.secrets)
 
     # -- consumer ------------------------------------------------------------------------
@@ -195,6 +196,7 @@ class RangeReader:
         log.debug("orderedkafka: %s: %s claims no record in [%d, %d); reading it again",
                   self.rng.describe(), why, self.next_offset, self.rng.end)
         self._reread_at, self._reread_fetch = self.next_offset, self._fetches
+        self._reread_why = why
         self._assign(self.next_offset)
         return False
 
@@ -254,9 +256,9 @@ class RangeReader:
                 self._loss(self.next_offset, min(low, rng.end),
                            f"retention deleted unread records (log starts at {low})")
         if fetch.kept and self._reread_at == self.next_offset:
-            log.warning("orderedkafka: %s: the consumer claimed no record in [%d, %d), but a "
-                        "fresh read delivers offset %d; reading on", rng.describe(),
-                        self._reread_at, rng.end, first)
+            log.warning("orderedkafka: %s: the consumer claimed no record in [%d, %d) (%s), "
+                        "but a fresh read delivers offset %d; reading on", rng.describe(),
+                        self._reread_at, rng.end, self._reread_why, first)
         batch = fetch.batch(self.schema, rng.topic, rng.partition) if fetch.kept else None
         if fetch.kept < fetch.total:  # the fetch went past the end: nothing left below it?
             if batch is not None:

@@ -142,3 +142,4 @@ def test_an_early_end_is_read_again_before_it_is_believed(kafka: Any, topic: Any
     assert table["offset"].to_pylist() == list(range(10))
     assert "claims no record in [8, 10)" in caplog.text
     assert "fresh read delivers offset 8" in caplog.text
+    assert ("(position)" if claim == "position" else "(end of log at 10)") in caplog.text
