@@ -148,7 +148,10 @@ class SparkSessions:
 
 
 @pytest.fixture(scope="session")
-def spark_sessions(services_dir: Path) -> Iterator[SparkSessions]:
+def spark_sessions(services_dir: Path, make_kafka: Any, make_s3: Any) -> Iterator[SparkSessions]:
+    """Depends on the service factories so that it is torn down before them: Spark's Python
+    workers keep pooled Kafka consumers, which print librdkafka's ``Connection refused`` lines
+    until they exit if the brokers are killed first."""
     sessions = SparkSessions(services_dir / "spark")
     yield sessions
     sessions.close()
