@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.storage import is_local
+from orderedstream.core.workerheap import freeze_worker_heap
 from orderedstream.sinks.filestats import FileStats
 from orderedstream.sinks.options import FencedParquetOptions
 
@@ -241,7 +242,10 @@ def write_parquet_files(batches: Iterable[pa.RecordBatch], options: FencedParque
 
     ``attempt`` goes into every file name (e.g. ``f"p{partition}-a{attempt_number}"``) so task
     retries and speculative copies never collide; a random run id makes names unique anyway.
+    In a reused Spark worker the long-lived heap is frozen first (``freeze_worker_heap``: the
+    worker's per-task garbage collection skips it).
     """
+    freeze_worker_heap()
     return ParquetFileWriter(options, attempt).write(batches)
 
 
