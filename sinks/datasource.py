@@ -38,6 +38,7 @@ from pyspark.sql.types import StructType
 from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import FencedError
+from orderedstream.core.workerheap import freeze_worker_heap
 from orderedstream.sinks.commit import check_schema, committed_batch, publish_batch
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import spark_to_arrow
@@ -83,6 +84,7 @@ class FencedParquetStreamWriter(DataSourceStreamArrowWriter):
     """Pickled to executors for ``write``; rebuilt on the driver for ``commit``."""
 
     def __init__(self, options: FencedParquetOptions, schema: StructType, identity: str) -> None:
+        freeze_worker_heap()  # planner / commit process: Spark collects after every call
         self.options = options
         self.identity = identity
         self.arrow_schema = spark_to_arrow(schema)

@@ -12,7 +12,8 @@ Pipelined: a full row group is encoded, compressed and uploaded by one backgroun
 while the calling thread keeps reading input (from Spark's JVM), so a task's tail after its
 last input row is one row group's encode plus the last upload part, not the whole file's.
 At most ``_IN_FLIGHT`` row groups wait for that thread (bounded memory); its errors are
-raised in the caller. On S3 the file is uploaded in parts of ``_PART_BYTES`` as it grows.
+raised in the caller. On an object store the file is uploaded in parts of ``_PART_BYTES`` as it
+grows, by a second thread (``orderedstream.sinks.upload``), so encoding and uploading overlap.
 
 Runs on executors (or wherever it is called): it only needs the picklable options.
 """
@@ -34,8 +35,10 @@ import pyarrow.parquet as pq
 
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.storage import is_local
+from orderedstream.core.workerheap import freeze_worker_heap
 from orderedstream.sinks.filestats import FileStats
 from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.sinks.upload import PartUploader, StagedFile
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # Characters Spark's ExternalCatalogUtils.escapePathName escapes in partition values.
@@ -68,6 +71,7 @@ class _OpenFile:
     rel_path: str
     handle: Any
     writer: pq.ParquetWriter
+    staged: StagedFile | None  # object stores: what the writer writes to (parts upload)
     rows: int = 0
     pending: list[pa.RecordBatch] = field(default_factory=list)
     pending_rows: int = 0
@@ -108,6 +112,7 @@ class ParquetFileWriter:
         open_files: dict[tuple[str, ...], _OpenFile] = {}
         opened: list[_OpenFile] = []
         closing: list[Future[DataFile]] = []
+        uploader = None if is_local(fs) else PartUploader(in_flight=_IN_FLIGHT)
         with ThreadPoolExecutor(1, thread_name_prefix="orderedstream-parquet") as pool:
             inflight: deque[Future[Any]] = deque()
 
@@ -130,7 +135,7 @@ class ParquetFileWriter:
                                              key=lambda k: open_files[k].pending_rows)
                                 closing.append(self._close(open_files.pop(victim), submit))
                             current = open_files[key] = self._open(fs, root, values,
-                                                                   part.schema)
+                                                                   part.schema, uploader)
                             opened.append(current)
                         current.pending.append(part)
                         current.pending_rows += part.num_rows
@@ -143,9 +148,14 @@ class ParquetFileWriter:
                                 closing.append(self._close(open_files.pop(key), submit))
                 for key in list(open_files):
                     closing.append(self._close(open_files.pop(key), submit))
-                return [future.result() for future in closing]
+                files = [future.result() for future in closing]
+                if uploader is not None:
+                    uploader.shutdown(cancel=False)
+                return files
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)  # no write races the cleanup
+                if uploader is not None:
+                    uploader.shutdown(cancel=True)
                 for leftover in opened:  # orphans; never listed in a commit
                     _abandon(leftover)
                 raise
@@ -171,23 +181,27 @@ class ParquetFileWriter:
             for piece in part.to_batches():
                 yield tuple(values[c] for c in cols), values, piece
 
-    def _open(self, fs: Any, root: str, values: dict[str, str], schema: pa.Schema) -> _OpenFile:
+    def _open(self, fs: Any, root: str, values: dict[str, str], schema: pa.Schema,
+              uploader: PartUploader | None) -> _OpenFile:
         codec = self.options.compression
         subdir = "/".join(f"{c}={v}" for c, v in values.items())
         name = f"part-{self._seq:05d}-{self._run}-{self.attempt}.{codec}.parquet"
         self._seq += 1
         rel = f"{subdir}/{name}" if subdir else name
-        if is_local(fs):  # object stores have no directories to create
+        staged = None
+        if uploader is None:  # local: object stores have no directories to create
             fs.makedirs(f"{root}/{subdir}" if subdir else root, exist_ok=True)
             handle = fs.open(f"{root}/{rel}", "wb")
         else:  # upload parts while the file grows (s3fs's default part is 50 MB)
             part = max(_PART_BYTES, -(-self.options.target_file_bytes // _MAX_PARTS))
             handle = fs.open(f"{root}/{rel}", "wb", block_size=part)
+            staged = StagedFile(handle, uploader, part)
         writer = pq.ParquetWriter(
-            handle, schema, compression=None if codec == "none" else codec,
+            handle if staged is None else staged, schema,
+            compression=None if codec == "none" else codec,
             compression_level=self.options.compression_level)
         return _OpenFile(partition=dict(values), rel_path=rel, handle=handle, writer=writer,
-                         stats=FileStats() if self.options.file_stats else None)
+                         staged=staged, stats=FileStats() if self.options.file_stats else None)
 
     def _flush(self, current: _OpenFile, submit: Callable[..., Future[Any]]) -> None:
         """Hand the buffered rows to the background thread as one row group."""
@@ -207,7 +221,8 @@ class ParquetFileWriter:
                 current.stats.update(batch)
         table = pa.Table.from_batches(pending)
         current.writer.write_table(table, row_group_size=self.options.row_group_rows)
-        current.written_bytes = current.handle.tell()
+        current.written_bytes = (current.handle if current.staged is None
+                                 else current.staged).tell()
         current.encoded += size
 
     def _close(self, current: _OpenFile, submit: Callable[..., Future[Any]]
@@ -218,8 +233,11 @@ class ParquetFileWriter:
     def _finish(self, current: _OpenFile) -> DataFile:
         """Background thread: footer, last part, complete the upload; the descriptor."""
         current.writer.close()
-        size = current.handle.tell()
-        current.handle.close()
+        if current.staged is not None:
+            size = current.staged.complete()
+        else:
+            size = current.handle.tell()
+            current.handle.close()
         return DataFile(path=current.rel_path, size=int(size), rows=current.rows,
                         partition=current.partition,
                         stats=None if current.stats is None else current.stats.to_delta(
@@ -241,7 +259,10 @@ def write_parquet_files(batches: Iterable[pa.RecordBatch], options: FencedParque
 
     ``attempt`` goes into every file name (e.g. ``f"p{partition}-a{attempt_number}"``) so task
     retries and speculative copies never collide; a random run id makes names unique anyway.
+    In a reused Spark worker the long-lived heap is frozen first (``freeze_worker_heap``: the
+    worker's per-task garbage collection skips it).
     """
+    freeze_worker_heap()
     return ParquetFileWriter(options, attempt).write(batches)
 
 
