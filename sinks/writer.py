@@ -32,6 +32,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from fsspec.spec import AbstractBufferedFile
 
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.storage import is_local
@@ -245,12 +246,27 @@ class ParquetFileWriter:
 
 
 def _abandon(leftover: _OpenFile) -> None:
-    """Failure path: close what can be closed; the file is an orphan either way."""
-    for close in (leftover.writer.close, leftover.handle.close):
+    """Failure path: on an object store the unfinished upload is aborted (fsspec's
+    ``discard``: no object at all, not a complete object missing its last parts); elsewhere
+    the file is closed and left as an orphan, never listed in a commit."""
+    handle = leftover.handle
+    if getattr(type(handle), "discard", None) not in (None, AbstractBufferedFile.discard):
+        steps: tuple[Any, ...] = (handle.discard, _mark_closed(handle), leftover.writer.close)
+    else:  # a local file, or a store whose files cannot discard (fsspec's no-op)
+        steps = (leftover.writer.close, handle.close)
+    for step in steps:
         try:
-            close()
+            step()
         except Exception:  # noqa: BLE001 - best effort on the failure path
             pass
+
+
+def _mark_closed(handle: Any) -> Any:
+    """A step that marks a discarded fsspec file closed (else its ``__del__`` would try to
+    finish the upload it no longer has)."""
+    def step() -> None:
+        handle.closed = True
+    return step
 
 
 def write_parquet_files(batches: Iterable[pa.RecordBatch], options: FencedParquetOptions,

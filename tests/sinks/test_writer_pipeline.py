@@ -125,3 +125,28 @@ def test_row_group_bytes_option_is_validated() -> None:
     assert FencedParquetOptions.from_mapping({"path": "/x"}).row_group_bytes == 8 * 1024**2
     with pytest.raises(OptionError, match="rowGroupBytes='lots' is not a size"):
         FencedParquetOptions.from_mapping({"path": "/x", "rowGroupBytes": "lots"})
+
+
+def test_failed_write_to_s3_leaves_no_object_and_no_open_upload(s3_table) -> None:
+    """An input error after a multipart upload began: the upload is aborted, so no object
+    (not even a truncated one a folder reader would trip on) and no unfinished upload stay."""
+    url, opts = s3_table("abort")
+    options = FencedParquetOptions.from_mapping(
+        {"path": url, "storageOptions": opts, "compression": "none",
+         "rowGroupBytes": "1MiB", "targetFileSize": "1GB"})
+
+    def failing():
+        for offset in range(0, 30_000, 1000):
+            ids = pa.array(range(offset, offset + 1000), pa.int64())
+            yield pa.RecordBatch.from_pydict({"id": ids, "blob": pa.array(
+                [os.urandom(200).hex() for _ in range(1000)])})
+        raise Boom("the JVM went away")
+
+    with pytest.raises(Boom):
+        write_parquet_files(failing(), options, "t0")
+    fs, root = fsspec.core.url_to_fs(url, **opts)
+    fs.invalidate_cache()
+    assert fs.find(root) == []
+    bucket, prefix = root.split("/", 1)
+    uploads = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix)
+    assert uploads.get("Uploads", []) == []

@@ -339,7 +339,7 @@ class ChaosRun:
         self.report.s3_requests_faulted = {k: v for k, v in self.proxy.counts.items()
                                            if k != "pass"}
         if self.recoveries:
-            self.report.recovery_seconds_median = statistics.median(self.recoveries)
+            self.report.recovery_seconds_median = round(statistics.median(self.recoveries), 2)
             self.report.recovery_seconds_max = max(self.recoveries)
         self.report.seconds = time.monotonic() - began
         return self.report
