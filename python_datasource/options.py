@@ -2,7 +2,8 @@
 
 Option names and meanings follow Spark's Kafka source (spark-sql-kafka-0-10); a few options of
 our own (``integrity``, ``topicDiscoveryIntervalMs``, ``commitOffsetsToGroup``,
-``brokerTimeoutMs``, ``arrowBatchMaxRecords``, ``arrowBatchMaxBytes``, ``emit``, ``reader``,
+``brokerTimeoutMs``, ``arrowBatchMaxRecords``, ``arrowBatchMaxBytes``, ``emit``,
+``rangePartitions``, ``reader``,
 ``kafkaConsumer.cacheCapacity``, ``kafkaConsumer.cacheTimeoutMs``) are added.
 Every error names the option and what it accepts. ``kafka.*`` client settings are translated by
 ``client_config``, which also keeps their secret values apart (never in ``repr``). The parsed
@@ -43,7 +44,7 @@ _SOURCE_OPTIONS = {
         "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
         "kafkaConsumer.pollTimeoutMs",
         "topicDiscoveryIntervalMs", "commitOffsetsToGroup", "brokerTimeoutMs",
-        "arrowBatchMaxRecords", "arrowBatchMaxBytes", "emit", "reader",
+        "arrowBatchMaxRecords", "arrowBatchMaxBytes", "emit", "rangePartitions", "reader",
         "kafkaConsumer.cacheCapacity", "kafkaConsumer.cacheTimeoutMs",
     )
 }
@@ -106,6 +107,10 @@ class OrderedKafkaOptions:
     emit: Literal["records", "ranges"] = "records"
     """``ranges``: each row is one task's offset range, read later by the consumer of the
     DataFrame in its own Python worker (``OrderedStateful``), with no JVM hop per record."""
+    range_partitions: int | None = None
+    """``emit = ranges`` only: the batch's range rows in at most this many input partitions
+    (contiguous groups, in planning order) instead of one per range, so describing a batch
+    costs that many Spark tasks, not one per Kafka partition; None: one per range."""
 
     def __post_init__(self) -> None:
         leaked = sorted(name for name in self.kafka_params if is_secret(name))
@@ -362,6 +367,11 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Orde
     if emit not in ("records", "ranges"):
         raise _bad("emit", opts.get("emit"), "'records' (Kafka rows) or 'ranges' (one row per "
                    "task's offset range, for OrderedStateful)")
+    range_parts = _int(opts, "rangePartitions")
+    if range_parts is not None and emit != "ranges":
+        raise _bad("rangePartitions", opts.get("rangepartitions"),
+                   "only with emit 'ranges' (a positive number of input partitions holding "
+                   "the batch's range rows); remove it for emit 'records'")
     reader = str(opts.get("reader", "auto")).strip().lower()
     if reader not in ("native", "python", "auto"):
         raise _bad("reader", opts.get("reader"), "'auto' (native when built, else python), "
@@ -390,6 +400,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Orde
         arrow_batch_max_records=_int(opts, "arrowBatchMaxRecords") or 10_000,
         arrow_batch_max_bytes=_int(opts, "arrowBatchMaxBytes") or 16 * 1024 * 1024,
         emit=emit,  # type: ignore[arg-type]
+        range_partitions=range_parts,
         reader=reader,  # type: ignore[arg-type]
         consumer_cache_capacity=16 if cache_capacity is None else cache_capacity,
         consumer_cache_timeout_ms=_int(opts, "kafkaConsumer.cacheTimeoutMs") or 5 * 60_000,

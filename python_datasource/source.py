@@ -91,6 +91,26 @@ class KafkaInputPartition(InputPartition):
         self.range = rng
 
 
+class KafkaRangesPartition(InputPartition):
+    """``emit = ranges`` with ``rangePartitions``: one task describing several ranges."""
+
+    def __init__(self, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = tuple(ranges)
+
+
+def _input_partitions(ranges: Sequence[OffsetRange], options: OrderedKafkaOptions,
+                      ) -> list[InputPartition]:
+    """One input partition per range, or (``emit = ranges`` + ``rangePartitions`` = n) the
+    ranges in at most n contiguous groups: a range row costs nothing to describe, so a task
+    per Kafka partition would only add Spark's per-task cost."""
+    groups = options.range_partitions
+    if options.emit != "ranges" or groups is None or not ranges:
+        return [KafkaInputPartition(r) for r in ranges]
+    size = -(-len(ranges) // groups)
+    return [KafkaRangesPartition(ranges[i:i + size]) for i in range(0, len(ranges), size)]
+
+
 def _nested(offsets: Mapping[TP, int]) -> dict[str, dict[int, int]]:
     out: dict[str, dict[int, int]] = {}
     for (topic, partition), offset in offsets.items():
@@ -238,7 +258,7 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
         ranges = plan_ranges(KafkaSourceOffset.from_json(start), KafkaSourceOffset.from_json(end),
                              self.options.integrity, self.options.min_partitions,
                              self.options.max_records_per_partition)
-        return [KafkaInputPartition(r) for r in ranges]
+        return _input_partitions(ranges, self.options)
 
     def commit(self, end: dict) -> None:
         """Driver, after a batch completed: optionally publish offsets to a consumer group
@@ -295,7 +315,7 @@ class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
                              KafkaSourceOffset(offsets=_nested(end), topic_ids=ids),
                              self.options.integrity,
                              self.options.min_partitions, self.options.max_records_per_partition)
-        return [KafkaInputPartition(r) for r in ranges]
+        return _input_partitions(ranges, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: Arrow batches of one range, in offset order."""
@@ -305,6 +325,8 @@ class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
 def _read(partition: InputPartition, options: OrderedKafkaOptions) -> Iterator[pa.RecordBatch]:
     """The range's records, or (``emit = ranges``) the one row describing the range (without
     secret values). Executor."""
+    if isinstance(partition, KafkaRangesPartition) and options.emit == "ranges":
+        return iter([describe(rng, options) for rng in partition.ranges])
     if not isinstance(partition, KafkaInputPartition):
         raise InvariantError(f"orderedkafka was handed an input partition it did not plan: "
                              f"{type(partition).__name__}")

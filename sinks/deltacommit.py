@@ -133,8 +133,10 @@ class DeltaCommitter:
         """The record of ``batch_id`` when this writer committed it with the replay's offset
         ranges (skip the batch), None when it is new; CommitConflictError otherwise."""
         self.log.refresh()
-        entry = self.log.batch_entry(batch_id)
-        latest = self.log.latest()
+        newest = self.log.latest_version()  # one look for new versions serves both reads
+        entry = self.log.batch_entry(batch_id, upto=newest)
+        found = self.log.latest_batch_entry(upto=newest)
+        latest = None if found is None else found.record.batch_id
         if entry is None and (latest is None or latest < batch_id):
             return None
         if entry is None:
@@ -240,6 +242,7 @@ class DeltaCommitter:
                         f"transaction of writer {self.app_id!r} is at {done}, but no commit "
                         "of this batch was found (was the log edited by another tool?)")
                 return decided.record
+            base = None if table is None else table.version()
             try:
                 pause = False
                 if table is None:
@@ -260,8 +263,22 @@ class DeltaCommitter:
                 pause = True  # another writer created the table first: re-read and decide
             if pause:
                 time.sleep(min(0.2, 0.005 * attempt))
+            else:  # committed without rebase: at the snapshot's next version (0: created)
+                own = self._own_commit(batch_id, prepared.token, 0 if base is None else base + 1)
+                if own is not None:
+                    return own.record
         raise CommitConflictError(f"could not commit batch {batch_id} to {self.url} after "
                                   f"{COMMIT_ATTEMPTS} attempts: too many concurrent commits")
+
+    def _own_commit(self, batch_id: int, token: str, version: int) -> DeltaEntry | None:
+        """This attempt's commit read back from Delta ``version`` (one GET), or None when that
+        version is not it (then the loop re-reads the log and decides, as after a lost
+        race). delta-rs with ``max_commit_retries=0`` commits at its snapshot's version + 1
+        or fails, so after a successful commit no listing is needed to find it."""
+        entry = self.log.entry(version)
+        if entry is None or entry.record.batch_id != batch_id or entry.record.token != token:
+            return None
+        return entry
 
     def _decided(self, batch_id: int, token: str, version: int) -> DeltaEntry | None:
         """This attempt's entry when its commit is in the log (up to Delta ``version``);

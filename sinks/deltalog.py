@@ -31,6 +31,7 @@ import fsspec
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import CorruptLogError, StateNotFoundError
+from orderedstream.core.storage import read_object
 from orderedstream.sinks.deltafiles import delta_storage_options, log_path
 from orderedstream.sinks.writer import escape_partition_value
 
@@ -142,7 +143,7 @@ class DeltaBatchLog:
         # filesystems are shared per process): drop it, or a new version looks missing.
         self.fs.invalidate_cache(self.log_dir)
         try:
-            data = self.fs.cat_file(self._path(version))
+            data = read_object(self.fs, self._path(version))
         except FileNotFoundError:
             return None
         found = self._mine(parse_version(data, version, self._path(version)))
@@ -175,7 +176,7 @@ class DeltaBatchLog:
     def _start_version(self) -> int | None:
         self.fs.invalidate_cache(self.log_dir)
         try:
-            found = json.loads(self.fs.cat_file(f"{self.log_dir}/_last_checkpoint"))
+            found = json.loads(read_object(self.fs, f"{self.log_dir}/_last_checkpoint"))
             return int(found["version"])
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             pass
@@ -209,9 +210,10 @@ class DeltaBatchLog:
         for found in self.entries(start, end):
             yield found.record
 
-    def batch_entry(self, batch_id: int) -> DeltaEntry | None:
-        """The entry of streaming batch ``batch_id`` (scans back from the newest version)."""
-        version = self.latest_version()
+    def batch_entry(self, batch_id: int, *, upto: int | None = None) -> DeltaEntry | None:
+        """The entry of streaming batch ``batch_id`` (scans back from the newest version, or
+        from ``upto``, a newest version the caller has just looked up)."""
+        version = self.latest_version() if upto is None else upto
         while version is not None and version >= 0:
             found = self.entry(version)
             if found is not None and found.record.batch_id is not None:
@@ -226,8 +228,8 @@ class DeltaBatchLog:
         found = self.batch_entry(batch_id)
         return None if found is None else found.record
 
-    def latest_batch_entry(self) -> DeltaEntry | None:
-        version = self.latest_version()
+    def latest_batch_entry(self, *, upto: int | None = None) -> DeltaEntry | None:
+        version = self.latest_version() if upto is None else upto
         while version is not None and version >= 0:
             found = self.entry(version)
             if found is not None and found.record.batch_id is not None:

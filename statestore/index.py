@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from orderedstream.core.errors import CommitConflictError, CorruptStateError
-from orderedstream.core.storage import create_exclusive
+from orderedstream.core.storage import create_exclusive, read_object
 from orderedstream.statestore.base import CommitCandidate
 from orderedstream.statestore.options import StateLocation
 
@@ -47,7 +47,7 @@ class PointerVersionIndex:
         path = self._pointer(partition, version)
         try:
             fs.invalidate_cache(path)
-            data = fs.cat_file(path)
+            data = read_object(fs, path)
         except FileNotFoundError:
             return None
         try:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orderedstream.core.errors import CorruptStateError, InvariantError, UnsupportedFormatError
+from orderedstream.core.storage import read_object
 
 FORMAT = 3
 """Written by this version: values may be stored without a frame
@@ -123,7 +124,7 @@ def read_manifest(fs: Any, root: str, rel_path: str) -> Manifest:
     """Load a manifest by its location-relative path; missing or garbled -> CorruptStateError."""
     path = f"{root}/{rel_path}"
     try:
-        raw = fs.cat_file(path)
+        raw = read_object(fs, path)  # one GET on S3 (no size HEAD)
     except FileNotFoundError as exc:
         raise CorruptStateError(
             f"state manifest {path} is missing although a version points to it; the state "

@@ -35,6 +35,7 @@ import fsspec
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.errors import CorruptStateError, InvariantError, OptionError
+from orderedstream.core.storage import is_s3, read_object
 from orderedstream.statestore.manifest import Manifest
 from orderedstream.statestore.ordered.plan import bases_from_extra, split_partition_id
 from orderedstream.statestore.retention import drop_listings, unreferenced
@@ -159,12 +160,14 @@ class OrderedRetention:
         paths = {f"{self.root}/{rel}": rel for rel in manifests}
         for path in paths:
             self.fs.invalidate_cache(path)
-        got = self.fs.cat(list(paths), on_error="return")
+        # On S3 one GET per manifest (s3fs would first HEAD each for its size).
+        single = {"max_concurrency": 1} if is_s3(self.fs) else {}
+        got = self.fs.cat(list(paths), on_error="return", **single)
         for path, rel in paths.items():
             raw = got.get(path)
             if raw is None:  # a filesystem that keys results differently: read it alone
                 try:
-                    raw = self.fs.cat_file(path)
+                    raw = read_object(self.fs, path)
                 except FileNotFoundError as exc:
                     raw = exc
             if not isinstance(raw, bytes):

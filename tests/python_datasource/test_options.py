@@ -69,6 +69,9 @@ def test_kafka_passthrough_translates_java_security_settings() -> None:
     ({"subscribe": "a", "maxRecordsPerPartition": "10"}, "integrity 'none'"),
     ({"subscribe": "a", "bogus": "1"}, "unknown option 'bogus'.*accepted are.*subscribePattern"),
     ({"subscribe": "a", "emit": "rows"}, "emit.*'records'.*'ranges'"),
+    ({"subscribe": "a", "rangePartitions": "1"}, "rangePartitions.*only with emit 'ranges'"),
+    ({"subscribe": "a", "emit": "ranges", "rangePartitions": "0"},
+     "rangePartitions.*integer >= 1"),
 ])
 def test_bad_options_are_named_with_what_is_accepted(options: dict, message: str) -> None:
     with pytest.raises(OptionError, match=message):

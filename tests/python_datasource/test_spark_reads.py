@@ -205,6 +205,36 @@ def test_emit_ranges_describes_each_range_and_reads_the_same_records(spark: Any,
     assert read == sorted((r.partition, r.offset) for r in records)
 
 
+def test_range_partitions_put_the_same_range_rows_in_fewer_tasks(spark: Any, kafka: Any,
+                                                                 topic: Any) -> None:
+    """``rangePartitions`` = n: the same range rows (same ranges, same reader options), in at
+    most n input partitions instead of one per Kafka partition."""
+    from orderedstream.python_datasource.ranges import described
+
+    name = topic(partitions=3)
+    for p in range(3):
+        kafka.produce(name, [(b"k", b"%d" % i) for i in range(10 + p)], partition=p)
+    reader = (spark.read.format("orderedkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+              .option("subscribe", name).option("emit", "ranges"))
+
+    def ranges(frame: Any) -> list[tuple[str, int, int, int]]:
+        rows = frame.collect()
+        table = pa.Table.from_pydict({"reader": [bytes(r.reader) for r in rows]})
+        assert [(r.topic, r.partition, r.startOffset, r.endOffset) for r in rows] == [
+            (rng.topic, rng.partition, rng.start, rng.end)
+            for rng, _ in described(table.to_batches()[0])]
+        return sorted((r.topic, r.partition, r.startOffset, r.endOffset) for r in rows)
+
+    each = reader.load()
+    assert each.rdd.getNumPartitions() == 3
+    expected = [(name, p, 0, 10 + p) for p in range(3)]
+    assert ranges(each) == expected
+    for groups, tasks in (("1", 1), ("2", 2), ("8", 3)):
+        grouped = reader.option("rangePartitions", groups).load()
+        assert grouped.rdd.getNumPartitions() == tasks
+        assert ranges(grouped) == expected
+
+
 @pytest.mark.parametrize("option,value,message", [
     ("startingOfsets", "earliest", "unknown option 'startingofsets'.*accepted are"),
     ("kafka.auto.offset.reset", "earliest", "kafka.auto.offset.reset.*startingOffsets"),

@@ -94,7 +94,7 @@ class CommitLog:
                 found = storage.read_versioned(self.fs, path)
             else:
                 try:
-                    found = (self.fs.cat_file(path), "")
+                    found = (storage.read_object(self.fs, path), "")
                 except FileNotFoundError:
                     found = None
             if found is None or not storage.is_local(self.fs) or _is_json(found[0]):

@@ -60,6 +60,15 @@ def is_local(fs: Any) -> bool:
     return bool(_protocols(fs) & {"file", "local"})
 
 
+def read_object(fs: Any, path: str) -> bytes:
+    """The whole content of a small object (a log entry, a manifest); FileNotFoundError when
+    absent. On S3 one GET: s3fs's ``cat_file`` otherwise asks for the size first (a HEAD, and
+    a LIST when the key is missing) to decide on a multipart download."""
+    if is_s3(fs):
+        return bytes(fs.cat_file(path, max_concurrency=1))
+    return bytes(fs.cat_file(path))
+
+
 def _s3_error_code(exc: BaseException) -> str | None:
     """The S3 error code behind an s3fs exception (s3fs wraps botocore's ClientError)."""
     for candidate in (exc, exc.__cause__, exc.__context__):
@@ -122,7 +131,7 @@ def create_exclusive(fs: Any, path: str, data: bytes, attempts: int = 5) -> bool
 
 def _same_content(fs: Any, path: str, data: bytes) -> bool:
     fs.invalidate_cache(path)
-    return bool(fs.cat_file(path) == data)
+    return bool(read_object(fs, path) == data)
 
 
 def read_versioned(fs: Any, path: str) -> tuple[bytes, str] | None:

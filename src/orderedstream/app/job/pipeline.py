@@ -42,6 +42,13 @@ class JobOptions:
     integrity: str = "strict"
     emit: str = "ranges"  # orderedkafka emit: ranges (tasks read Kafka themselves) or records
     kafka_options: Mapping[str, str] = field(default_factory=dict)
+    fetch_wait_max_ms: int = 50
+    """librdkafka's ``fetch.wait.max.ms`` for the job's consumers unless ``kafka_options``
+    sets it (librdkafka's default 500). A pooled consumer that has read up to the log end
+    keeps a fetch waiting at the broker for this long, and a reader that re-assigns it (the
+    reader's check of a range's early end, e.g. a trailing transaction marker) waits for that
+    fetch first: 450-500 ms on about one range in four of the small-batch benchmark with the
+    default. Idle pooled consumers then ask the broker every this many ms."""
     query_name: str = "sessions"
     output_format: Literal["delta", "parquet"] = "delta"
     """``delta``: a Delta Lake table, one Delta commit per batch (any Delta reader sees exactly
@@ -85,17 +92,26 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
               .option("emit", opts.emit))
     if opts.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
-    for key, value in _kafka_options(opts).items():
+    kafka = _kafka_options(opts)
+    kafka.setdefault("kafka.fetch.wait.max.ms", str(opts.fetch_wait_max_ms))
+    for key, value in kafka.items():
         reader = reader.option(key, value)
     processor = make_processor(opts)
+    placed = processor.placement.places(spark)  # per-batch placement: the foreachBatch stage
+    shuffled = not placed and share_python_workers(spark) and opts.emit == "ranges"
+    if shuffled:  # one task describes the batch's ranges (see below), not one per partition
+        reader = reader.option("rangePartitions", "1")
     frame = reader.load()
-    if processor.placement.places(spark):  # per-batch placement needs the foreachBatch stage
+    if placed:
         frame, commit = observe_input(frame), processor.process_batch
     else:  # the stage in the query's plan: its figures reach StreamingQueryProgress
-        if share_python_workers(spark) and opts.emit == "ranges":
+        if shuffled:
             # One worker pool (local mode): the source's range rows cross one tiny shuffle, so
             # the source's read and the stage run in separate tasks, each with one Python
-            # worker, instead of two workers side by side in every stage task.
+            # worker, instead of two workers side by side in every stage task. The rows come
+            # from ONE source task (rangePartitions): a Spark task per Kafka partition only
+            # to describe its range cost 12 Python task round trips per batch (~600 ms of
+            # the 12 x 100 small batch on 2 cores).
             frame = frame.repartition(spark.sparkContext.defaultParallelism)
         frame, commit = processor.apply(frame, name=OBSERVED_NAME), processor.commit_batch
     writer = (frame.writeStream.queryName(opts.query_name)
