@@ -4,6 +4,7 @@ the worker's long-lived heap first, so those collections skip it. Only in Spark'
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ def test_outside_a_reused_spark_worker_nothing_is_frozen(monkeypatch: pytest.Mon
     before = gc.get_freeze_count()
     assert in_reused_worker() is False  # this test process is no Spark worker
     assert freeze_worker_heap() is False
-    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")  # the variable alone is not enough
+    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")  # the variable alone is not enough,
+    importlib.import_module("pyspark.daemon")  # nor importing the daemon (as other tests do)
     assert freeze_worker_heap() is False
     monkeypatch.setenv("SPARK_REUSE_WORKER", "")
     assert in_reused_worker() is False

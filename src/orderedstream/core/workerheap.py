@@ -31,8 +31,8 @@ def in_reused_worker() -> bool:
     collects garbage after every task)."""
     if os.environ.get("SPARK_REUSE_WORKER", "") in ("", "0", "false"):
         return False
-    if any(name in sys.modules for name in _DAEMONS):
-        return True
+    # The process's main module, not what it imported: a driver or a test process may
+    # import pyspark.daemon (or the pack's daemon) without being one of its workers.
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     return spec is not None and spec.name in _DAEMONS
 
