@@ -249,6 +249,7 @@ class NativeConsumer:
             self._consumer = native_module().Consumer(pairs)
         except ValueError as exc:  # librdkafka refused a setting: as confluent-kafka says it
             raise ValueError(str(NativeError(-186, str(exc)))) from None  # _INVALID_ARG
+        self._eof_bump: int | None = None  # an end-of-log offset librdkafka took +1 of
 
     def _drain_errors(self) -> None:
         for code, reason in self._consumer.take_errors():
@@ -256,6 +257,7 @@ class NativeConsumer:
 
     def assign(self, offset: int) -> None:
         _raise_on(self._consumer.assign(self.topic, self.partition, offset), "assign")
+        self._eof_bump = None
 
     def watermarks(self, timeout_s: float) -> tuple[int, int]:
         code, text, low, high = self._consumer.watermarks(self.topic, self.partition,
@@ -266,8 +268,13 @@ class NativeConsumer:
         return low, high
 
     def position(self) -> int:
+        """The offset delivered next. librdkafka's batch consume moves its application
+        position to an end-of-log event's offset + 1 (as if the event were a record): one past
+        a record not delivered yet. That bump is undone here while nothing moved it since."""
         code, offset = self._consumer.position(self.topic, self.partition)
         _raise_on(code, "position")
+        if self._eof_bump is not None and offset == self._eof_bump + 1:
+            return self._eof_bump
         return int(offset)
 
     def consume(self, want: int, timeout_s: float, end: int, headers: bool) -> Fetch:
@@ -275,6 +282,11 @@ class NativeConsumer:
             self._consumer.consume(want, int(timeout_s * 1000), end, headers)
         self._drain_errors()
         events = [(NativeError(code, text), offset) for code, offset, text in raw_events]
+        eofs = [offset for code, offset, _ in raw_events if code == PARTITION_EOF]
+        if eofs and max(eofs) + 1 > (last + 1 if total else -1):
+            self._eof_bump = max(eofs)  # the position librdkafka now reports is one past it
+        elif total or raw_events:
+            self._eof_bump = None
 
         def build(schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
             return _native_batch(kept, buffers, schema, topic, partition, headers)
