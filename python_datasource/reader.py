@@ -13,10 +13,11 @@ consumer that finished cleanly goes back to the pool; one that failed is closed.
 Ending a range before its last offset was delivered (trailing transaction markers, aborted or
 compacted records) rests on what the consumer delivered in order: a fetch whose next record is
 past the end, or an end-of-log event past it (librdkafka queues it after the records it
-covers). The consumer's position alone is not believed: after broker restarts it was seen to
-pass the last record of a range without delivering it (10 times in three 50-fault chaos runs,
-and once a silent loss). On that claim the reader assigns the consumer again at the first
-undelivered offset and reads once more; only a fresh read reaching the same end is believed.
+covers). The consumer's position alone is not believed: librdkafka's batch consume moves it
+one past an end-of-log event, i.e. past a record not delivered yet (``NativeConsumer.position``
+undoes that; it once lost a record silently). On a position claim the reader assigns the
+consumer again at the first undelivered offset and reads once more; only a fresh read reaching
+the same end is believed.
 """
 
 from __future__ import annotations
