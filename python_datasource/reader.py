@@ -85,9 +85,6 @@ class RangeReader:
         self._delivered = -1  # the offset the consumer delivers next without a seek (-1: ?)
         self._chunk = max(1, options.arrow_batch_max_records)
         self._reread_at = -1  # the offset a fresh assignment re-read from to confirm an end
-        self._fetches = 0  # consume calls so far; a claim is believed only after a re-read
-        self._reread_fetch = 0  # ... that is, in a fetch after the re-assignment
-        self._reread_why = ""
         self._errors = ClientErrors(f"reading {rng.describe()}", options.secrets)
 
     # -- consumer ------------------------------------------------------------------------
@@ -144,7 +141,6 @@ class RangeReader:
             while self.next_offset < rng.end:
                 want = min(self._chunk, rng.end - self.next_offset)
                 fetch = self._consumer.consume(want, 1.0, rng.end, self.options.include_headers)
-                self._fetches += 1
                 self._errors.check()  # consume() served error_cb: a refused login fails now
                 eof = None
                 records = fetch.total > 0
@@ -181,25 +177,23 @@ class RangeReader:
     def _position_reached(self) -> bool:
         """True when the consumer's fetch position passed the end without a record there
         (trailing transaction markers / aborted records / compacted keys)."""
-        if self._consumer.position() >= self.rng.end and self._confirm_early_end("position"):
+        if self._consumer.position() >= self.rng.end and self._confirm_early_end():
             self.next_offset = self.rng.end
             self._delivered = -1  # control records: let the next reader seek
             return True
         return False
 
-    def _confirm_early_end(self, why: str) -> bool:
-        """Whether [next_offset, end) may be taken as holding no record (``why``: what
-        claimed so). The first claim at an offset re-assigns the consumer there and says no,
-        so the range is read again from a fresh fetch; a second claim at the same offset is
-        believed. Records that the re-read delivers are read as usual (and logged)."""
-        if self.next_offset >= self.rng.end:
+    def _confirm_early_end(self) -> bool:
+        """Whether the position's claim that [next_offset, end) holds no record is believed.
+        The first claim at an offset re-assigns the consumer there and says no, so the range
+        is read again from a fresh fetch (a claim comes at most once per fetch); a second claim
+        at the same offset is believed. Records the re-read delivers are read as usual (and
+        logged)."""
+        if self.next_offset >= self.rng.end or self._reread_at == self.next_offset:
             return True
-        if self._reread_at == self.next_offset:
-            return self._fetches > self._reread_fetch  # else this claim came before the re-read
-        log.debug("orderedkafka: %s: %s claims no record in [%d, %d); reading it again",
-                  self.rng.describe(), why, self.next_offset, self.rng.end)
-        self._reread_at, self._reread_fetch = self.next_offset, self._fetches
-        self._reread_why = why
+        log.debug("orderedkafka: %s: position claims no record in [%d, %d); reading it again",
+                  self.rng.describe(), self.next_offset, self.rng.end)
+        self._reread_at = self.next_offset
         self._assign(self.next_offset)
         return False
 
@@ -258,16 +252,16 @@ class RangeReader:
                 self._loss(self.next_offset, min(low, rng.end),
                            f"retention deleted unread records (log starts at {low})")
         if fetch.kept and self._reread_at == self.next_offset:
-            log.warning("orderedkafka: %s: the consumer claimed no record in [%d, %d) (%s), "
-                        "but a fresh read delivers offset %d; reading on", rng.describe(),
-                        self._reread_at, rng.end, self._reread_why, first)
-        batch = fetch.batch(self.schema, rng.topic, rng.partition) if fetch.kept else None
+            log.warning("orderedkafka: %s: the consumer claimed no record in [%d, %d) "
+                        "(position), but a fresh read delivers offset %d; reading on",
+                        rng.describe(), self._reread_at, rng.end, first)
         if fetch.kept < fetch.total:  # delivered in order past the end: nothing left below it
             self.next_offset = rng.end
         else:
             self.next_offset = fetch.last + 1
-        if batch is None:
+        if not fetch.kept:
             return None
+        batch = fetch.batch(self.schema, rng.topic, rng.partition)
         self.records += fetch.kept
         if batch.nbytes > self.options.arrow_batch_max_bytes and self._chunk > 1:
             self._chunk = max(1, int(self._chunk * self.options.arrow_batch_max_bytes

@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import fsspec
@@ -251,7 +252,9 @@ def _abandon(leftover: _OpenFile) -> None:
     the file is closed and left as an orphan, never listed in a commit."""
     handle = leftover.handle
     if getattr(type(handle), "discard", None) not in (None, AbstractBufferedFile.discard):
-        steps: tuple[Any, ...] = (handle.discard, _mark_closed(handle), leftover.writer.close)
+        # marked closed once discarded, or its __del__ would try to finish the upload
+        steps: tuple[Any, ...] = (handle.discard, partial(setattr, handle, "closed", True),
+                                  leftover.writer.close)
     else:  # a local file, or a store whose files cannot discard (fsspec's no-op)
         steps = (leftover.writer.close, handle.close)
     for step in steps:
@@ -259,14 +262,6 @@ def _abandon(leftover: _OpenFile) -> None:
             step()
         except Exception:  # noqa: BLE001 - best effort on the failure path
             pass
-
-
-def _mark_closed(handle: Any) -> Any:
-    """A step that marks a discarded fsspec file closed (else its ``__del__`` would try to
-    finish the upload it no longer has)."""
-    def step() -> None:
-        handle.closed = True
-    return step
 
 
 def write_parquet_files(batches: Iterable[pa.RecordBatch], options: FencedParquetOptions,
