@@ -261,7 +261,19 @@ class DeltaOutput:
                           storage_options=delta_storage_options(self.url, self.storage_options))
 
     def to_arrow(self) -> Any:
-        return self.delta_table().to_pyarrow_table()
+        """Every committed row, as a ``pyarrow.Table`` in the table's own Arrow schema.
+
+        Read by delta-rs's engine (DataFusion, in Rust), not ``to_pyarrow_table()``: that
+        scans through a Python filesystem handler, and Arrow I/O threads still finishing that
+        scan abort a process that exits right after it (``terminate called without an active
+        exception``, about one exit in two here; delta-rs #2184)."""
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+
+        table = self.delta_table()
+        schema = pa.schema(table.schema().to_arrow())  # string, not DataFusion's string_view
+        rows = pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t"))
+        return rows.select(schema.names).cast(schema)
 
 
 BatchLog = CommitLog | DeltaBatchLog

@@ -27,9 +27,9 @@ def output_format(path: Path) -> str:
 def read_output(path: Path) -> pa.Table:
     """The committed rows of the output table at ``path`` (local folder)."""
     if output_format(path) == "delta":
-        from deltalake import DeltaTable
+        from orderedstream.sinks.deltalog import DeltaOutput
 
-        return DeltaTable(str(path)).to_pyarrow_table()
+        return DeltaOutput(str(path)).to_arrow()
     from orderedstream.sinks.table import FencedTable
 
     return FencedTable(str(path)).to_arrow()
@@ -78,7 +78,10 @@ def commands(workdir: Path, state_url: str, storage_options: dict[str, Any]) -> 
     fmt = output_format(output)
     path = json.dumps(str(output))  # a double-quoted Python string literal
     if fmt == "delta":
-        load = f"from deltalake import DeltaTable; t = DeltaTable({path}).to_pyarrow_table()"
+        # DuckDB's own Parquet reader over exactly the committed files (delta-rs names them):
+        # to_pyarrow_table() here would abort the command at exit one time in two (deltalog).
+        load = (f"from deltalake import DeltaTable; t = duckdb.read_parquet("
+                f"DeltaTable({path}).file_uris(), hive_partitioning=True)")
         polars = f"import polars as pl; df = pl.read_delta({path})"
         # The committed files only; basePath keeps the kind/site/date partition columns.
         spark = (f"from deltalake import DeltaTable; df = spark.read.option(\"basePath\", "
