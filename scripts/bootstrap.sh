@@ -94,3 +94,10 @@ if [ -f jvm-shim/pom.xml ]; then
   "$venv/bin/python" -m orderedstream.dev.shim build --quiet --announce \
     || echo "bootstrap: WARNING: the JVM shim did not build; running without executor-sticky placement" >&2
 fi
+
+# The main job's driver JVM class archive (AppCDS, orderedstream.dev.services.jvmarchive):
+# built once per pyspark and Java under ~/.cache/orderedstream/jvm; with it `orderedstream run`
+# starts its JVM about 1.5 s sooner with about 2 s less CPU. Not fatal: without it the JVM
+# loads its classes as usual.
+"$venv/bin/python" -m orderedstream.dev.services.jvmarchive --announce \
+  || echo "bootstrap: WARNING: the JVM class archive was not built; the job starts without it" >&2

@@ -112,9 +112,11 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
     """The session of one side of a this-pack-vs-Spark case, in that engine's own process:
     ``module``'s functions are pickled by value; Spark's side (``engine == "spark"``) also gets
     Spark's Kafka connector (``params["kafka_jars"]``) and S3A to the case's SeaweedFS.
-    ``main_job``: the driver JVM options ``orderedstream run`` uses (``JOB_JAVA_OPTIONS``)."""
+    ``main_job``: the driver JVM options ``orderedstream run`` uses (``JOB_JAVA_OPTIONS`` and
+    the JVM class archive when ``scripts/bootstrap.sh`` built it)."""
     from pyspark import cloudpickle
 
+    from orderedstream.dev.services import jvmarchive
     from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS
 
     cloudpickle.register_pickle_by_value(sys.modules[module])
@@ -124,7 +126,8 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
                          kafka_jars=params["kafka_jars"] if spark_side else None,
                          s3a_endpoint=ctx.s3_endpoint if spark_side else None,
                          conf={"spark.sql.session.timeZone": "UTC"},
-                         java_options=JOB_JAVA_OPTIONS if main_job else "")
+                         java_options=(f"{JOB_JAVA_OPTIONS} {jvmarchive.java_options()}"
+                                       if main_job else ""))
 
 
 def s3a(url: str) -> str:

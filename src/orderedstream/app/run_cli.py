@@ -37,6 +37,7 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
                 tmp_dir: Path | None = None) -> Any:
     """The session: spark-submit's when launched by it, else a local one (quiet: its JVM logs
     to the run's log file)."""
+    from orderedstream.dev.services import jvmarchive
     from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS, local_spark_session
 
     if os.environ.get("PYSPARK_GATEWAY_PORT") and master is None:
@@ -45,8 +46,10 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
 
         spark = SparkSession.builder.appName(app_name).getOrCreate()
     else:
+        # The class archive, when scripts/bootstrap.sh built it: the JVM starts ~1.5 s sooner.
+        options = [JOB_JAVA_OPTIONS, jvmarchive.java_options(), console.java_options()]
         spark = local_spark_session(app_name, master=master or "local[2,4]", tmp_dir=tmp_dir,
-                                    java_options=f"{JOB_JAVA_OPTIONS} {console.java_options()}")
+                                    java_options=" ".join(o for o in options if o))
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -2,7 +2,8 @@
 
 Each service runs as a local process from packages (Kafka from its Maven Central jars, S3 from
 SeaweedFS's wheel, Spark from pyspark). Where a Docker engine answers, ``containers`` gives the
-same API from testcontainers instead.
+same API from testcontainers instead. ``jvmarchive`` keeps the main job's driver JVM class
+archive (AppCDS) that makes its Spark session start faster.
 """
 
 from orderedstream.dev.services.kafka import KafkaBroker
