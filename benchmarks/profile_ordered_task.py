@@ -152,10 +152,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3,
                         help="task runs (the median is shown; the first warms caches)")
+    parser.add_argument("--output-format", choices=["delta", "parquet"], default="delta",
+                        help="the job's output_format (default: delta, the main job's)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
 
-    from orderedstream.app.job.sessions import OUTPUT_SCHEMA, SessionLogic
+    from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
     from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
     from orderedstream.statestore.ordered.keyed_state import KeyedStateTable
     from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit
@@ -177,7 +179,9 @@ def main() -> None:
             proc = OrderedStateful(func, state_location=f"file://{tmp}/state",
                                    output=f"file://{tmp}/out", output_schema=OUTPUT_SCHEMA,
                                    key="key", timeout=ProcessingTimeTimeout(), columns=COLUMNS,
-                                   store_options={"local_dir": f"{tmp}/local"})
+                                   store_options={"local_dir": f"{tmp}/local"},
+                                   writer_options={"partitionBy": list(PARTITION_BY)},
+                                   output_format=args.output_format)
             task = OrderedTask(proc.options, proc.func, BatchPlan(0, int(time.time() * 1000)),
                                proc.sink)
             cpu, main_thread = time.process_time(), time.thread_time()
