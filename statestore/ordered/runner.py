@@ -266,17 +266,20 @@ class PartitionRun:
         UserFunctionError (naming ``output_schema``) for rows that do not fit it."""
         cause: Exception | None = None
         try:
-            if isinstance(rows[0], dict):
-                return pa.RecordBatch.from_pylist(rows, schema=schema)
-            if isinstance(rows[0], tuple):
-                # Tuples convert to a struct array in one C++ pass; anything unusual (lists,
-                # None rows, a bad row) takes the column-wise path below, which names it.
+            first = rows[0]
+            if isinstance(first, (tuple, dict)):
+                # Tuples and dicts convert to a struct array in one C++ pass (from_pylist
+                # gathers each column in Python first: 1.5 vs 1.1 us per row of the main
+                # job). Anything unusual (None rows, rows of mixed kinds, a value that does
+                # not fit) takes the paths below, which behave as before and name it.
                 try:
                     struct = pa.array(rows, type=pa.struct(schema))
                     if struct.null_count == 0:
                         return pa.RecordBatch.from_arrays(struct.flatten(), schema=schema)
                 except (ValueError, TypeError, pa.ArrowException):
                     pass
+            if isinstance(first, dict):
+                return pa.RecordBatch.from_pylist(rows, schema=schema)
             columns = list(zip(*rows, strict=True))
             problem = None if len(columns) == len(schema) else f"rows have {len(columns)} fields"
             if problem is None:

@@ -111,8 +111,17 @@ def test_output_rows_become_batches_of_the_output_schema() -> None:
         assert batch.equals(expected) and batch.schema.metadata == {b"m": b"1"}
 
 
+def test_dict_rows_take_missing_fields_as_null_and_ignore_unknown_ones() -> None:
+    rows = [{"key": b"a", "n": 1, "other": 5}, {"n": 2}]
+    batch = PartitionRun._to_batch(rows, OUT)
+    assert batch.equals(pa.RecordBatch.from_pylist(rows, schema=OUT))
+    assert batch.to_pylist() == [{"key": b"a", "n": 1, "at": None},
+                                 {"key": None, "n": 2, "at": None}]
+
+
 @pytest.mark.parametrize("rows", [[(b"a", 1)], [(b"a", 1, None, 4)], [(b"a", "x", None)],
-                                  [(b"a", 1, None), None]])
+                                  [(b"a", 1, None), None], [{"key": b"a", "n": "x"}],
+                                  [{"key": b"a", "n": 1}, None]])
 def test_rows_that_do_not_fit_are_refused_with_the_schema(rows: list[Any]) -> None:
     with pytest.raises(UserFunctionError, match="output_schema"):
         PartitionRun._to_batch(rows, OUT)
