@@ -51,11 +51,15 @@ def _java_home() -> str:
 
 
 def archive_path() -> Path:
-    """Where the archive of this pyspark, this Java and the job's JVM options lives."""
+    """Where the archive of this pyspark, its Spark home (the classpath), this Java and the
+    job's JVM options lives."""
     import pyspark
 
+    from orderedstream.dev.services import sparkhome
+
+    home = sparkhome.for_session("local") or sparkhome.installed_home()  # the JVM's classpath
     key = "\n".join([pyspark.__version__, os.path.realpath(os.path.dirname(pyspark.__file__)),
-                     _java_home(), JOB_JAVA_OPTIONS])
+                     str(home), _java_home(), JOB_JAVA_OPTIONS])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / f"spark-{pyspark.__version__}-{digest}.jsa"
 
@@ -111,11 +115,33 @@ def build(*, force: bool = False, timeout_s: float = 300.0) -> Path | None:
         _note(final).unlink(missing_ok=True)  # never a note that names another file's size
         os.replace(tmp, final)
         note = _note(final).with_suffix(".json.tmp")
-        note.write_text(json.dumps({"size": size}))
+        note.write_text(json.dumps({"size": size, "pyspark": _pyspark_dir()}))
         os.replace(note, _note(final))
+        _prune(final)
         return final
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _pyspark_dir() -> str:
+    import pyspark
+
+    return os.path.realpath(os.path.dirname(pyspark.__file__))
+
+
+def _prune(keep: Path) -> None:
+    """Delete archives (about 170 MB each) of pyspark installs that no longer exist, e.g. of
+    deleted clones' virtual environments."""
+    for note in keep.parent.glob("spark-*.json"):
+        if note == _note(keep):
+            continue
+        try:
+            owner = json.loads(note.read_text()).get("pyspark")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if owner and not os.path.isdir(owner):
+            note.with_suffix(".jsa").unlink(missing_ok=True)
+            note.unlink(missing_ok=True)
 
 
 def _trained_pid(stdout: str) -> int | None:

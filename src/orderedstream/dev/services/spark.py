@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from orderedstream.core.jvm import bundled_jar
+from orderedstream.dev.services import sparkhome
 from orderedstream.dev.services.process import ManagedProcess, free_ports, port_open, wait_until
 
 
@@ -85,7 +86,20 @@ def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]
         settings["spark.jars"] = f"{base['spark.jars']},{conf['spark.jars']}"
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    # The JVM (and every Python process it starts) gets a home whose Python processes run
+    # pyspark's compiled files (see sparkhome); this process's environment is left as it was.
+    home = sparkhome.for_session(master)
+    previous = os.environ.get("SPARK_HOME")
+    if home is not None:
+        os.environ["SPARK_HOME"] = str(home)
+    try:
+        return builder.getOrCreate()
+    finally:
+        if home is not None:
+            if previous is None:
+                os.environ.pop("SPARK_HOME", None)
+            else:
+                os.environ["SPARK_HOME"] = previous
 
 
 class SparkStandaloneCluster:

@@ -1,0 +1,106 @@
+"""A Spark home for the pack's local sessions whose Python processes run compiled pyspark.
+
+A pip-installed pyspark is its own ``SPARK_HOME``, and Spark puts
+``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it starts. The
+zip holds the package's own sources without bytecode, so each process compiles the pyspark
+modules it imports: 0.52 s of CPU for a Data Source planner's imports here, 0.15 s from the
+installed files. ``core.pydaemon`` avoids it for UDF workers; Spark's planner processes (data
+source lookup, creation, read planning) and the streaming source runner start their own
+modules. This home is the installed pyspark's folder entry by entry through symbolic links,
+without ``python/lib/pyspark.zip``: the same files run, compiled. Measured on the main job's
+small-batch case (4 runs, no JVM archive): start to the first committed batch 8.4-9.2 s ->
+6.6-7.3 s, peak RSS -100 MiB.
+
+Only for local masters: every process then runs on this machine. Kept under
+``~/.cache/orderedstream/spark-home/`` (``$ORDEREDSTREAM_CACHE_DIR``), one per pyspark
+install, created atomically; :func:`for_session` gives ``None`` (use the install as it is)
+when ``SPARK_HOME`` names another Spark or the install has no ``pyspark.zip``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+ZIP = os.path.join("python", "lib", "pyspark.zip")
+
+
+def cache_root() -> Path:
+    base = os.environ.get("ORDEREDSTREAM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "orderedstream")
+    return Path(base) / "spark-home"
+
+
+def installed_home() -> Path:
+    """The pip-installed pyspark package folder (Spark's home when ``SPARK_HOME`` is unset)."""
+    import pyspark
+
+    return Path(os.path.realpath(os.path.dirname(pyspark.__file__)))
+
+
+def for_session(master: str) -> Path | None:
+    """The home a local session's JVM should get, or ``None`` to leave ``SPARK_HOME`` alone."""
+    if not master.startswith("local"):
+        return None
+    real = installed_home()
+    current = os.environ.get("SPARK_HOME")
+    if current and os.path.realpath(current) != str(real) and not _is_ours(Path(current)):
+        return None  # the user's own Spark distribution
+    if not (real / ZIP).is_file():
+        return None
+    return ensure(real)
+
+
+def _is_ours(path: Path) -> bool:
+    return os.path.realpath(path.parent) == os.path.realpath(cache_root())
+
+
+def ensure(real: Path) -> Path:
+    """The home mirroring ``real`` without its pyspark.zip (created on first use)."""
+    import pyspark
+
+    digest = hashlib.sha256(str(real).encode()).hexdigest()[:12]
+    home = cache_root() / f"pyspark-{pyspark.__version__}-{digest}"
+    if _complete(home, real):
+        return home
+    home.parent.mkdir(parents=True, exist_ok=True)
+    draft = Path(tempfile.mkdtemp(prefix=f".{home.name}.", dir=home.parent))
+    try:
+        for entry in real.iterdir():
+            if entry.name != "python":
+                (draft / entry.name).symlink_to(entry)
+        for entry in (real / "python").iterdir():
+            if entry.name != "lib":
+                (draft / "python").mkdir(exist_ok=True)
+                (draft / "python" / entry.name).symlink_to(entry)
+        lib = draft / "python" / "lib"
+        lib.mkdir(parents=True, exist_ok=True)
+        for entry in (real / "python" / "lib").iterdir():
+            if entry.name != "pyspark.zip":
+                (lib / entry.name).symlink_to(entry)
+        if _complete(home, real):  # another process finished first
+            return home
+        if home.exists() or home.is_symlink():
+            shutil.rmtree(home, ignore_errors=True)  # a stale one (its links are broken)
+        try:
+            os.rename(draft, home)
+        except OSError:
+            if not _complete(home, real):
+                raise
+        return home
+    finally:
+        shutil.rmtree(draft, ignore_errors=True)
+
+
+def _complete(home: Path, real: Path) -> bool:
+    """Every entry of ``real`` (but the zip) is in ``home`` and resolves to it."""
+    try:
+        names = {e.name for e in real.iterdir()}
+        mirrored = {e.name for e in home.iterdir()}
+        return (names <= mirrored and (home / "bin" / "spark-submit").is_file()
+                and (home / "jars").is_dir() and not (home / ZIP).exists())
+    except OSError:
+        return False

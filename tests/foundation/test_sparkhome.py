@@ -1,0 +1,73 @@
+"""The local sessions' Spark home: pyspark's folder by links without ``pyspark.zip``, so the
+Python processes Spark starts (Data Source planners, workers) import the installed, compiled
+pyspark; left alone for cluster masters and for a user's own ``SPARK_HOME``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from orderedstream.dev.services import sparkhome
+
+
+class WhereIsPyspark(DataSource):
+    """One row per process kind: where ``pyspark`` was imported from."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "where_is_pyspark"
+
+    def schema(self) -> str:
+        return "process string, pyspark string"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return WhereReader()
+
+
+class WhereReader(DataSourceReader):
+    def partitions(self) -> list[InputPartition]:  # runs in Spark's planner process
+        import pyspark
+
+        return [InputPartition(pyspark.__file__)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[str, str]]:
+        import pyspark
+
+        yield ("planner", partition.value)
+        yield ("worker", pyspark.__file__)
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_the_home_mirrors_pyspark_without_its_zip() -> None:
+    real = sparkhome.installed_home()
+    home = sparkhome.for_session("local[2]")
+    assert home is not None and home.parent == sparkhome.cache_root()
+    assert (real / sparkhome.ZIP).is_file() and not (home / sparkhome.ZIP).exists()
+    assert (home / "bin" / "spark-submit").resolve() == (real / "bin" / "spark-submit").resolve()
+    assert sorted(os.listdir(home / "jars")) == sorted(os.listdir(real / "jars"))
+    assert sparkhome.for_session("local") == home  # created once
+    assert sparkhome.for_session("spark://127.0.0.1:7077") is None  # executors elsewhere
+
+
+def test_a_users_own_spark_home_is_left_alone(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "spark-4.3.0-bin-hadoop3"))
+    assert sparkhome.for_session("local[2]") is None
+
+
+def test_sparks_python_processes_import_the_compiled_pyspark(spark: Any) -> None:
+    spark.dataSource.register(WhereIsPyspark)
+    rows = dict(spark.read.format("where_is_pyspark").load().collect())
+    assert set(rows) == {"planner", "worker"}, rows
+    for process, path in rows.items():
+        assert ".zip" not in path and path.endswith(os.path.join("pyspark", "__init__.py")), \
+            (process, path)
