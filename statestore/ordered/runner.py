@@ -278,7 +278,14 @@ class PartitionRun:
                         return pa.RecordBatch.from_arrays(struct.flatten(), schema=schema)
                 except (ValueError, TypeError, pa.ArrowException):
                     pass
-            if isinstance(first, dict):
+            dicts = sum(isinstance(row, dict) for row in rows)
+            if 0 < dicts < len(rows):  # from_pylist would null the others; zip, take keys
+                kinds = sorted({type(row).__name__ for row in rows})
+                raise UserFunctionError(
+                    f"the ordered user function returned rows of mixed kinds ({', '.join(kinds)})"
+                    f" in one output chunk; output_schema {schema} takes either tuples in schema "
+                    "order or dicts by field name")
+            if dicts:
                 return pa.RecordBatch.from_pylist(rows, schema=schema)
             columns = list(zip(*rows, strict=True))
             problem = None if len(columns) == len(schema) else f"rows have {len(columns)} fields"

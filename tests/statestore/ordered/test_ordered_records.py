@@ -121,7 +121,9 @@ def test_dict_rows_take_missing_fields_as_null_and_ignore_unknown_ones() -> None
 
 @pytest.mark.parametrize("rows", [[(b"a", 1)], [(b"a", 1, None, 4)], [(b"a", "x", None)],
                                   [(b"a", 1, None), None], [{"key": b"a", "n": "x"}],
-                                  [{"key": b"a", "n": 1}, None]])
+                                  [{"key": b"a", "n": 1}, None],
+                                  [{"key": b"a", "n": 1}, (b"b", 2, None)],  # not nulls
+                                  [(b"a", 1, None), {"key": b"b", "n": 2, "at": None}]])
 def test_rows_that_do_not_fit_are_refused_with_the_schema(rows: list[Any]) -> None:
     with pytest.raises(UserFunctionError, match="output_schema"):
         PartitionRun._to_batch(rows, OUT)
