@@ -39,6 +39,7 @@ from orderedstream.app.job.demo import verify_output
 from orderedstream.app.job.generator import GeneratorOptions, generate
 from orderedstream.app.job.pipeline import JobOptions, make_processor
 from orderedstream.core.commitlog import CommitLog
+from orderedstream.core.errors import ServiceError
 from orderedstream.dev.services.kafka import KafkaBroker
 from orderedstream.dev.services.s3 import S3Server
 from orderedstream.dev.services.spark import SparkStandaloneCluster
@@ -255,14 +256,24 @@ class ChaosRun:
     _stop_producing = threading.Event()
     _producer_error: BaseException | None = None
 
-    def _create_topic(self, name: str, partitions: int) -> None:
+    def _create_topic(self, name: str, partitions: int, attempts: int = 3) -> None:
+        """Create a generator topic; a broker slow to answer (a loaded machine, a restart) gets
+        ``attempts`` tries, and a topic an earlier timed-out try created counts as made."""
         from confluent_kafka import KafkaException
 
-        try:
-            self.kafka.create_topic(name, partitions)
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
+        for attempt in range(1, attempts + 1):
+            try:
+                self.kafka.create_topic(name, partitions)
+                return
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" in str(exc):
+                    return
+                if attempt == attempts:
+                    raise
+            except ServiceError:  # created, but its partitions had no leader in time
+                if attempt == attempts:
+                    raise
+            time.sleep(2.0)
 
     def _topics_exist(self) -> bool:
         try:
@@ -304,6 +315,9 @@ class ChaosRun:
                                         daemon=True)
             producer.start()
             while not self._topics_exist():
+                if not producer.is_alive():  # it died before its first topic: say why now
+                    raise RuntimeError("the chaos generator stopped before creating a topic"
+                                       ) from self._producer_error
                 time.sleep(0.2)
             self.start_job()
             kinds = CLUSTER_FAULTS if self.cluster is not None else FAULTS
