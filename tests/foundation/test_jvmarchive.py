@@ -29,7 +29,7 @@ spark.stop()
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("ORDEREDSTREAM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ORDEREDSTREAM_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache" / "jvm"
 
 
@@ -47,7 +47,7 @@ def test_the_archive_is_built_complete_and_serves_sparks_classes(cache: Path,
     log = tmp_path / "classes.log"
     done = subprocess.run([sys.executable, "-c", SESSION, str(log), str(tmp_path / "spark")],
                           capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, "ORDEREDSTREAM_CACHE_DIR": str(cache.parent)})
+                          env={**os.environ, "ORDEREDSTREAM_CACHE": str(cache.parent)})
     assert done.returncode == 0, done.stderr[-2000:]
     loads = [line for line in log.read_text().splitlines()
              if " org.apache.spark.SparkContext " in line]

@@ -7,7 +7,6 @@ dependencies. A marker file makes the second call free.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -15,15 +14,10 @@ from importlib import resources
 from pathlib import Path
 
 from orderedstream.core.errors import ServiceError
+from orderedstream.dev.services.cache import cache_root
 from orderedstream.dev.services.spark import spark_home
 
 KAFKA_VERSION = "4.1.1"
-
-
-def cache_root() -> Path:
-    """Where resolved jars live: $ORDEREDSTREAM_CACHE, else ~/.cache/orderedstream."""
-    root = os.environ.get("ORDEREDSTREAM_CACHE") or Path.home() / ".cache" / "orderedstream"
-    return Path(root)
 
 
 def _resolve(pom_resource: str, placeholders: dict[str, str], name: str) -> Path:

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from orderedstream.dev.services import sparkhome
+from orderedstream.dev.services.cache import cache_root
 from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -34,10 +36,8 @@ QUIET = "-Xlog:cds*=off"
 
 
 def cache_dir() -> Path:
-    """``$ORDEREDSTREAM_CACHE_DIR`` or ``~/.cache/orderedstream`` (shared by clones)."""
-    base = os.environ.get("ORDEREDSTREAM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "orderedstream")
-    return Path(base) / "jvm"
+    """``jvm/`` in the pack's cache (shared by clones)."""
+    return cache_root() / "jvm"
 
 
 def _java_home() -> str:
@@ -55,11 +55,9 @@ def archive_path() -> Path:
     job's JVM options lives."""
     import pyspark
 
-    from orderedstream.dev.services import sparkhome
-
     home = sparkhome.for_session("local") or sparkhome.installed_home()  # the JVM's classpath
-    key = "\n".join([pyspark.__version__, os.path.realpath(os.path.dirname(pyspark.__file__)),
-                     str(home), _java_home(), JOB_JAVA_OPTIONS])
+    key = "\n".join([pyspark.__version__, str(sparkhome.installed_home()), str(home),
+                     _java_home(), JOB_JAVA_OPTIONS])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / f"spark-{pyspark.__version__}-{digest}.jsa"
 
@@ -115,18 +113,12 @@ def build(*, force: bool = False, timeout_s: float = 300.0) -> Path | None:
         _note(final).unlink(missing_ok=True)  # never a note that names another file's size
         os.replace(tmp, final)
         note = _note(final).with_suffix(".json.tmp")
-        note.write_text(json.dumps({"size": size, "pyspark": _pyspark_dir()}))
+        note.write_text(json.dumps({"size": size, "pyspark": str(sparkhome.installed_home())}))
         os.replace(note, _note(final))
         _prune(final)
         return final
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _pyspark_dir() -> str:
-    import pyspark
-
-    return os.path.realpath(os.path.dirname(pyspark.__file__))
 
 
 def _prune(keep: Path) -> None:

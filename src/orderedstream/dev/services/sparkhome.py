@@ -12,7 +12,7 @@ small-batch case (4 runs, no JVM archive): start to the first committed batch 8.
 6.6-7.3 s, peak RSS -100 MiB.
 
 Only for local masters: every process then runs on this machine. Kept under
-``~/.cache/orderedstream/spark-home/`` (``$ORDEREDSTREAM_CACHE_DIR``), one per pyspark
+``~/.cache/orderedstream/spark-home/`` (``$ORDEREDSTREAM_CACHE``), one per pyspark
 install, created atomically; :func:`for_session` gives ``None`` (use the install as it is)
 when ``SPARK_HOME`` names another Spark or the install has no ``pyspark.zip``.
 """
@@ -25,13 +25,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from orderedstream.dev.services.cache import cache_root as pack_cache
+
 ZIP = os.path.join("python", "lib", "pyspark.zip")
 
 
 def cache_root() -> Path:
-    base = os.environ.get("ORDEREDSTREAM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "orderedstream")
-    return Path(base) / "spark-home"
+    """``spark-home/`` in the pack's cache (shared by clones)."""
+    return pack_cache() / "spark-home"
 
 
 def installed_home() -> Path:
