@@ -78,6 +78,10 @@ def make_options(opts: StateStoreOptions, *, raw_mode: bool = True) -> rocksdict
     o.set_write_buffer_manager(manager)
     o.set_max_open_files(512)
     o.set_compression_type(rocksdict.DBCompressionType.lz4())
+    # RocksDB starts a new info LOG at every open and keeps 1,000 old ones by default: the
+    # ordered stage opens each partition once per batch, so a local copy collected a
+    # LOG.old file per batch. Two are enough to read what the last opens said.
+    o.set_keep_log_file_num(2)
     return o
 
 

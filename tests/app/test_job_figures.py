@@ -17,6 +17,11 @@ from orderedstream.app.job.figures import (
 from orderedstream.app.job.generator import GeneratorOptions, generate
 from orderedstream.app.job.pipeline import JobOptions, start_job
 from orderedstream.core.errors import OptionError, UserFunctionError, error_summary
+from orderedstream.core.jvm import (
+    CHECKPOINT_MANAGER_CONF,
+    FS_CHECKPOINT_MANAGERS,
+    local_checkpoint_manager,
+)
 from orderedstream.statestore.ordered import OrderedStateful
 from tests.fixtures import unique
 
@@ -34,6 +39,12 @@ def test_observed_metrics_and_tracker_figures_from_a_real_run(spark, kafka, s3, 
     tracker = FigureTracker(tmp_path / "m.prom", labels={"query": "figs"})
     query, processor = start_job(spark, opts, once=True, on_batch=tracker.on_result)
     try:
+        # The local checkpoint's logs are written without Hadoop FileContext's readlink
+        # processes; the setting was the query's alone
+        execution = query._jsq.streamingQuery()
+        for log in (execution.offsetLog(), execution.commitLog()):
+            assert str(log.fileManager().getClass().getName()) == FS_CHECKPOINT_MANAGERS[0]
+        assert spark.conf.get(CHECKPOINT_MANAGER_CONF, None) is None
         query.awaitTermination(600)
     finally:
         query.stop()
@@ -123,3 +134,17 @@ def test_orderedkafka_options_fail_at_load_with_the_pack_reason(spark, kafka) ->
     summary = error_summary(info.value)
     assert summary is not None and summary.startswith("OptionError: option 'startingOffsets'")
     assert isinstance(OptionError(summary), OptionError)
+
+
+def test_checkpoint_manager_only_for_local_checkpoints_the_user_left_alone(spark, tmp_path: Path,
+                                                                          ) -> None:
+    assert local_checkpoint_manager(spark, str(tmp_path)) == FS_CHECKPOINT_MANAGERS[0]
+    assert local_checkpoint_manager(spark, f"file://{tmp_path}") == FS_CHECKPOINT_MANAGERS[0]
+    assert local_checkpoint_manager(spark, "s3a://bucket/checkpoint") is None
+    chosen = ("org.apache.spark.sql.execution.streaming.checkpointing."
+              "FileContextBasedCheckpointFileManager")
+    spark.conf.set(CHECKPOINT_MANAGER_CONF, chosen)
+    try:  # the user's choice stands
+        assert local_checkpoint_manager(spark, str(tmp_path)) is None
+    finally:
+        spark.conf.unset(CHECKPOINT_MANAGER_CONF)

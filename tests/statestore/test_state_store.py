@@ -373,3 +373,22 @@ def test_memory_options_are_validated() -> None:
         StateStoreOptions.from_strings({"max_write_buffers": "0"})
     assert StateStoreOptions.from_strings({"BLOCK_CACHE_BYTES": str(1 << 30)}
                                           ).block_cache_bytes == 1 << 30
+
+
+def test_reopening_a_partition_keeps_few_rocksdb_info_logs(make_store: Factory) -> None:
+    """The ordered stage opens each partition once per batch: RocksDB's info logs of earlier
+    opens must not pile up in the local copy (its default keeps 1,000)."""
+    import os
+
+    store = make_store("logs")
+    version = EMPTY_VERSION
+    for batch in range(8):
+        with store.open(0, version) as part:
+            part.put(f"k{batch}", batch)
+            part.commit(batch)
+        version = batch
+    db_dir = store.local_copy_dir(0)
+    dbs = [d for d in os.listdir(db_dir) if d.startswith("db-")]
+    assert len(dbs) == 1
+    logs = [n for n in os.listdir(os.path.join(db_dir, dbs[0])) if n.startswith("LOG")]
+    assert "LOG" in logs and 1 <= len(logs) <= 3, logs

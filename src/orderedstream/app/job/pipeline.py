@@ -15,7 +15,11 @@ from typing import Any, Literal
 
 from orderedstream.app.job.figures import OBSERVED_NAME, observe_input
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
-from orderedstream.core.jvm import share_python_workers
+from orderedstream.core.jvm import (
+    CHECKPOINT_MANAGER_CONF,
+    local_checkpoint_manager,
+    share_python_workers,
+)
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
 _log = logging.getLogger(__name__)
@@ -119,7 +123,16 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
               .option("checkpointLocation", opts.checkpoint))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=opts.trigger)
-    return writer.start(), processor
+    manager = local_checkpoint_manager(spark, opts.checkpoint)
+    if manager is None:
+        return writer.start(), processor
+    # The query creates its offset and commit logs' file manager in start(): the setting
+    # is set for that call only, so other queries of the session keep their own.
+    spark.conf.set(CHECKPOINT_MANAGER_CONF, manager)
+    try:
+        return writer.start(), processor
+    finally:
+        spark.conf.unset(CHECKPOINT_MANAGER_CONF)
 
 
 def _with_callback(process: Callable[[Any, int], Any],
