@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractBufferedFile
 
+from orderedstream.core import objectstore
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.storage import is_local
 from orderedstream.core.workerheap import freeze_worker_heap
@@ -196,7 +197,12 @@ class ParquetFileWriter:
             handle = fs.open(f"{root}/{rel}", "wb")
         else:  # upload parts while the file grows (s3fs's default part is 50 MB)
             part = max(_PART_BYTES, -(-self.options.target_file_bytes // _MAX_PARTS))
-            handle = fs.open(f"{root}/{rel}", "wb", block_size=part)
+            path = f"{root}/{rel}"
+            if objectstore.native(fs, path):  # one part: one obstore put; more: multipart
+                handle = objectstore.SmallObjectFile(
+                    fs, path, partial(fs.open, path, "wb", block_size=part))
+            else:
+                handle = fs.open(path, "wb", block_size=part)
             staged = StagedFile(handle, uploader, part)
         writer = pq.ParquetWriter(
             handle if staged is None else staged, schema,

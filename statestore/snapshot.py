@@ -13,9 +13,11 @@ import base64
 import hashlib
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from orderedstream.core import objectstore
 from orderedstream.statestore.manifest import FileEntry
 
 INLINE_LIMIT = 1 << 20
@@ -28,7 +30,17 @@ def sha256_file(path: str) -> str:
 
 def transfer(fs: Any, method: str, sources: list[str], targets: list[str],
              batch_size: int) -> None:
-    """``fs.put``/``fs.get`` of many files; concurrent on async filesystems (s3fs)."""
+    """``fs.put``/``fs.get`` of many files; concurrent on async filesystems (s3fs). Puts to
+    S3 go through obstore where the filesystem's settings allow (``core.objectstore``)."""
+    if method == "put" and targets and objectstore.native(fs, targets[0]):
+        if len(sources) == 1:
+            objectstore.put(fs, targets[0], sources[0])
+            return
+        with ThreadPoolExecutor(min(batch_size, len(sources)),
+                                thread_name_prefix="orderedstream-put") as pool:
+            list(pool.map(lambda pair: objectstore.put(fs, pair[1], pair[0]),
+                          zip(sources, targets, strict=True)))
+        return
     if getattr(fs, "async_impl", False):
         getattr(fs, method)(sources, targets, batch_size=batch_size)
         return

@@ -20,6 +20,7 @@ import time
 import uuid
 from typing import Any
 
+from orderedstream.core import objectstore
 from orderedstream.core.errors import InvariantError, UnsupportedStorageError
 
 _RETRYABLE_CODES = {"ConditionalRequestConflict", "OperationAborted", "SlowDown",
@@ -112,6 +113,9 @@ def create_exclusive(fs: Any, path: str, data: bytes, attempts: int = 5) -> bool
         raise UnsupportedStorageError(
             f"{type(fs).__name__} ({path}) offers no atomic create-if-absent; the commit "
             "protocol needs S3 conditional writes or a local filesystem")
+    created = objectstore.put(fs, path, data, create=True)  # obstore: no Python per request
+    if created is not None:
+        return created or _same_content(fs, path, data)
     for attempt in range(attempts):
         try:
             fs.pipe_file(path, data, mode="create")
