@@ -73,7 +73,8 @@ def kafka_connector_jars() -> list[str]:
 def spark_session(app: str, tmp_dir: Path, partitions: int,
                   kafka_jars: list[str] | None = None,
                   s3a_endpoint: str | None = None, master: str = "local[2]",
-                  conf: dict[str, str] | None = None, java_options: str = "") -> Any:
+                  conf: dict[str, str] | None = None, java_options: str = "",
+                  environment: dict[str, str] | None = None) -> Any:
     """A ``local[2]`` (or ``master``) session for an engine run (``java_options``: the driver
     JVM's extra options).
 
@@ -104,7 +105,7 @@ def spark_session(app: str, tmp_dir: Path, partitions: int,
     if jars:
         settings["spark.jars"] = ",".join(jars)
     return local_spark_session(app, master=master, conf=settings, tmp_dir=tmp_dir,
-                               java_options=java_options)
+                               java_options=java_options, environment=environment)
 
 
 def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[str, Any],
@@ -113,11 +114,12 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
     ``module``'s functions are pickled by value; Spark's side (``engine == "spark"``) also gets
     Spark's Kafka connector (``params["kafka_jars"]``) and S3A to the case's SeaweedFS.
     ``main_job``: the driver JVM options ``orderedstream run`` uses (``JOB_JAVA_OPTIONS`` and
-    the JVM class archive when ``scripts/bootstrap.sh`` built it)."""
+    the JVM class archive when ``scripts/bootstrap.sh`` built it), its ``JOB_ENVIRONMENT`` and
+    ``JOB_CONF``."""
     from pyspark import cloudpickle
 
     from orderedstream.dev.services import jvmarchive
-    from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS
+    from orderedstream.dev.services.spark import JOB_CONF, JOB_ENVIRONMENT, JOB_JAVA_OPTIONS
 
     cloudpickle.register_pickle_by_value(sys.modules[module])
     spark_side = engine == "spark"
@@ -125,9 +127,11 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
                          shuffle_partitions,
                          kafka_jars=params["kafka_jars"] if spark_side else None,
                          s3a_endpoint=ctx.s3_endpoint if spark_side else None,
-                         conf={"spark.sql.session.timeZone": "UTC"},
+                         conf={"spark.sql.session.timeZone": "UTC",
+                               **(JOB_CONF if main_job else {})},
                          java_options=(f"{JOB_JAVA_OPTIONS} {jvmarchive.java_options()}"
-                                       if main_job else ""))
+                                       if main_job else ""),
+                         environment=JOB_ENVIRONMENT if main_job else None)
 
 
 def s3a(url: str) -> str:

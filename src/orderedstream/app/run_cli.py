@@ -38,7 +38,12 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
     """The session: spark-submit's when launched by it, else a local one (quiet: its JVM logs
     to the run's log file)."""
     from orderedstream.dev.services import jvmarchive
-    from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS, local_spark_session
+    from orderedstream.dev.services.spark import (
+        JOB_CONF,
+        JOB_ENVIRONMENT,
+        JOB_JAVA_OPTIONS,
+        local_spark_session,
+    )
 
     if os.environ.get("PYSPARK_GATEWAY_PORT") and master is None:
         # Launched by spark-submit: its --master, --conf and --jars configure the session.
@@ -49,7 +54,9 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
         # The class archive, when scripts/bootstrap.sh built it: the JVM starts ~1.5 s sooner.
         options = [JOB_JAVA_OPTIONS, jvmarchive.java_options(), console.java_options()]
         spark = local_spark_session(app_name, master=master or "local[2,4]", tmp_dir=tmp_dir,
-                                    java_options=" ".join(o for o in options if o))
+                                    conf=JOB_CONF,
+                                    java_options=" ".join(o for o in options if o),
+                                    environment=JOB_ENVIRONMENT)
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -269,3 +269,57 @@ def local_checkpoint_manager(spark: Any, checkpoint: str) -> str | None:
         except Exception:  # noqa: BLE001, S112 - the other Spark version's name
             continue
     return None
+
+
+#: The shim's class that stops idle pools of Spark's Python planner runs (py4j).
+PLANNER_WORKERS_CLASS = "orderedstream.shim.PlannerWorkers"
+
+
+def _shim_class(spark: Any, name: str) -> Any | None:
+    """The JVM class ``name`` of the shim on this session's driver, or None (no jar, no JVM)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None or getattr(spark, "_jsparkSession", None) is None:
+        return None
+    from py4j.java_gateway import JavaClass
+    from py4j.protocol import Py4JError
+
+    try:
+        cls = jvm
+        for part in name.split("."):
+            cls = getattr(cls, part)
+    except Py4JError:
+        return None
+    return cls if isinstance(cls, JavaClass) else None
+
+
+def release_planner_workers(spark: Any) -> list[str]:
+    """Stop the idle Python processes Spark keeps for its planner runs; the modules released.
+
+    Spark plans a Python Data Source (``orderedkafka``) in Python on the driver, one worker
+    module per step (``pyspark.sql.worker.lookup_data_sources``, ``create_data_source``,
+    ``plan_data_source_read``), each with its own ``pyspark.daemon`` and an idle forked worker:
+    about 110 MiB of resident memory per module, kept until the SparkEnv stops although a
+    streaming query plans only when it starts. The shim stops the pools whose workers are all
+    idle, under the lock Spark takes to hand workers out; a later plan (a restarted query, a new
+    query) starts them again. Without the shim (or without a JVM: Spark Connect) nothing
+    happens and [] is returned.
+    """
+    cls = _shim_class(spark, PLANNER_WORKERS_CLASS)
+    if cls is None:
+        return []
+    from py4j.protocol import Py4JError
+
+    try:
+        return [str(module) for module in cls.releasePlanners()]
+    except Py4JError as exc:  # Spark internals changed: the pools stay, as without the shim
+        _log.info("Spark's planner Python workers are kept: %s", str(exc).splitlines()[0])
+        return []
+
+
+def python_worker_pools(spark: Any) -> dict[str, int]:
+    """Worker module -> live Python workers of each pool in the driver's SparkEnv ({} without
+    the shim). For tests and diagnostics."""
+    cls = _shim_class(spark, PLANNER_WORKERS_CLASS)
+    if cls is None:
+        return {}
+    return {str(k): int(v) for k, v in cls.pools().items()}

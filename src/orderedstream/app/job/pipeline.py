@@ -18,6 +18,7 @@ from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionL
 from orderedstream.core.jvm import (
     CHECKPOINT_MANAGER_CONF,
     local_checkpoint_manager,
+    release_planner_workers,
     share_python_workers,
 )
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
@@ -119,7 +120,7 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
             frame = frame.repartition(spark.sparkContext.defaultParallelism)
         frame, commit = processor.apply(frame, name=OBSERVED_NAME), processor.commit_batch
     writer = (frame.writeStream.queryName(opts.query_name)
-              .foreachBatch(_with_callback(commit, on_batch))
+              .foreachBatch(_batch_function(spark, commit, on_batch))
               .option("checkpointLocation", opts.checkpoint))
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=opts.trigger)
@@ -135,15 +136,22 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
         spark.conf.unset(CHECKPOINT_MANAGER_CONF)
 
 
-def _with_callback(process: Callable[[Any, int], Any],
-                   on_batch: Callable[[Any, float], None] | None) -> Callable[[Any, int], Any]:
-    if on_batch is None:
-        return process
+def _batch_function(spark: Any, process: Callable[[Any, int], Any],
+                    on_batch: Callable[[Any, float], None] | None) -> Callable[[Any, int], Any]:
+    """The ``foreachBatch`` function: first the idle Python pools of Spark's planner runs are
+    stopped (``release_planner_workers``: the query planned its source when it started, about
+    110 MiB per planner module otherwise idle for the whole run; a no-op once they are gone),
+    before the batch's tasks start the stage's workers; then the batch, then ``on_batch``."""
 
     def process_batch(batch_df: Any, batch_id: int) -> Any:
+        released = release_planner_workers(spark)
+        if released:
+            _log.info("stopped the idle Python workers of Spark's planner runs: %s",
+                      ", ".join(sorted(released)))
         began = time.monotonic()
         result = process(batch_df, batch_id)
-        on_batch(result, time.monotonic() - began)
+        if on_batch is not None:
+            on_batch(result, time.monotonic() - began)
         return result
 
     return process_batch

@@ -32,7 +32,29 @@ JOB_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m"
 batch, so C2 compilation (``TieredStopAtLevel=1`` leaves it out) cost more CPU than it saved
 (JVM CPU of a 13-batch run 28.6 -> 14.2 s), and the serial collector with a small initial heap
 keeps the JVM's RSS to what it uses (740 -> 380 MiB at the job's peak). Not used for the
-sessions that measure Spark's own JVM paths."""
+sessions that measure Spark's own JVM paths. (Capping the young generation at 32 MiB with
+``Min/MaxHeapFreeRatio`` 10/30 did not lower the JVM's peak RSS: 380 -> 406 MiB, smallbatch.)"""
+
+JOB_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2", "ARROW_DEFAULT_MEMORY_POOL": "system"}
+"""Environment of the main job's driver JVM and so of every Python process it starts (local
+mode), unless the user's environment sets the variable. glibc's malloc keeps up to 8 arenas
+per core in a multi-threaded process (RocksDB, librdkafka, Arrow and the JVM all start
+threads), each holding freed memory; Arrow's default jemalloc pool keeps freed pages too. The
+driver's own Python process keeps its environment."""
+
+
+JOB_CONF = {
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "2000",
+    "spark.sql.ui.retainedExecutions": "50",
+    "spark.ui.retainedDeadExecutors": "10",
+    "spark.sql.streaming.ui.retainedQueries": "20",
+}
+"""Spark settings of the main job's local session: how much finished work the driver's status
+store keeps (on the JVM heap, also with the UI off). Spark's defaults (1,000 jobs and stages,
+100,000 tasks, 1,000 SQL executions) let a long streaming run's driver heap grow for hours: a
+batch of the job is a few jobs, a dozen tasks and one or two SQL executions."""
 
 
 def python_env() -> dict[str, str]:
@@ -71,9 +93,12 @@ def default_conf(tmp_dir: Path | None = None) -> dict[str, str]:
 
 def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]",
                         conf: Mapping[str, str] | None = None, tmp_dir: Path | None = None,
-                        driver_memory: str = "2g", java_options: str = "") -> Any:
+                        driver_memory: str = "2g", java_options: str = "",
+                        environment: Mapping[str, str] | None = None) -> Any:
     """A SparkSession whose Python workers use this interpreter; extra ``conf`` wins.
-    ``java_options`` are added to the driver JVM's (e.g. a log4j2 configuration file)."""
+    ``java_options`` are added to the driver JVM's (e.g. a log4j2 configuration file);
+    ``environment``: variables the driver JVM (and the Python processes it starts) gets where
+    this process's environment does not set them (e.g. ``JOB_ENVIRONMENT``)."""
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
@@ -89,17 +114,19 @@ def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]
     # The JVM (and every Python process it starts) gets a home whose Python processes run
     # pyspark's compiled files (see sparkhome); this process's environment is left as it was.
     home = sparkhome.for_session(master)
-    previous = os.environ.get("SPARK_HOME")
+    launch = {k: v for k, v in (environment or {}).items() if k not in os.environ}
     if home is not None:
-        os.environ["SPARK_HOME"] = str(home)
+        launch["SPARK_HOME"] = str(home)
+    previous = {key: os.environ.get(key) for key in launch}
+    os.environ.update(launch)
     try:
         return builder.getOrCreate()
     finally:
-        if home is not None:
-            if previous is None:
-                os.environ.pop("SPARK_HOME", None)
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
             else:
-                os.environ["SPARK_HOME"] = previous
+                os.environ[key] = value
 
 
 class SparkStandaloneCluster:

@@ -1,0 +1,67 @@
+"""The main job's session settings reach the processes they are for: ``JOB_ENVIRONMENT`` the
+driver JVM and the Python workers it starts (not the driver's own environment, and not over
+a value the user set), ``JOB_CONF`` the session. Each case runs in its own interpreter: the
+tests' shared session has its JVM already."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from orderedstream.dev.services.spark import JOB_CONF, JOB_ENVIRONMENT
+
+SCRIPT = r"""
+import json, os, sys
+from orderedstream.dev.services.spark import JOB_CONF, JOB_ENVIRONMENT, local_spark_session
+
+spark = local_spark_session("job-session-test", tmp_dir=sys.argv[1], conf=JOB_CONF,
+                            environment=JOB_ENVIRONMENT)
+names = sorted(JOB_ENVIRONMENT)
+
+def probe(batches):
+    import pyarrow as pa
+    for batch in batches:
+        seen = {k: os.environ.get(k) for k in names}
+        yield pa.RecordBatch.from_pydict({"env": [json.dumps(seen)] * batch.num_rows,
+                                          "pool": [pa.default_memory_pool().backend_name]
+                                          * batch.num_rows})
+
+rows = spark.range(2).repartition(2).mapInArrow(probe, "env string, pool string").collect()
+print("RESULT " + json.dumps({
+    "workers": sorted({r.env for r in rows}), "pools": sorted({r.pool for r in rows}),
+    "driver": {k: os.environ.get(k) for k in names},
+    "conf": {k: spark.conf.get(k) for k in JOB_CONF}}))
+spark.stop()
+"""
+
+
+def _run(tmp_path: Path, **env: str) -> dict[str, object]:
+    clean = {k: v for k, v in os.environ.items() if k not in JOB_ENVIRONMENT}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "spark")],
+                          env={**clean, **env}, capture_output=True, text=True, timeout=300,
+                          check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result: dict[str, object] = json.loads(lines[-1][len("RESULT "):])
+    return result
+
+
+def test_job_environment_reaches_the_workers_not_the_driver_and_job_conf_the_session(
+        tmp_path: Path) -> None:
+    result = _run(tmp_path)
+    assert result["workers"] == [json.dumps(dict(sorted(JOB_ENVIRONMENT.items())))]
+    assert result["pools"] == ["system"]  # Arrow's pool in the workers
+    assert result["driver"] == {k: None for k in sorted(JOB_ENVIRONMENT)}  # restored
+    assert result["conf"] == JOB_CONF
+
+
+def test_a_users_own_setting_wins(tmp_path: Path) -> None:
+    result = _run(tmp_path, MALLOC_ARENA_MAX="4")
+    workers = result["workers"]
+    assert isinstance(workers, list) and len(workers) == 1
+    seen = json.loads(workers[0])
+    assert seen == {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "4"}
+    assert result["driver"] == {"ARROW_DEFAULT_MEMORY_POOL": None, "MALLOC_ARENA_MAX": "4"}

@@ -1,0 +1,136 @@
+"""Spark's planner Python pools (``pyspark.sql.worker.*``: a ``pyspark.daemon`` and an idle
+worker per module, kept until the SparkEnv stops) are released once a query has planned, and
+Spark plans again afterwards: a new read, a restarted query in the same session."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+from pyspark import cloudpickle
+from pyspark.sql.datasource import DataSource, DataSourceReader
+
+from orderedstream.app.job.generator import GeneratorOptions, generate
+from orderedstream.app.job.pipeline import JobOptions, committed_offsets, start_job
+from orderedstream.core.jvm import python_worker_pools, release_planner_workers
+from tests.fixtures import unique
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+PLANNER = "pyspark.sql.worker."
+
+
+class _OneRowReader(DataSourceReader):
+    def read(self, partition: Any) -> Iterator[tuple[int]]:
+        yield (1,)
+
+
+class _OneRowSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "orderedstream_test_one_row"
+
+    def schema(self) -> str:
+        return "x int"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _OneRowReader()
+
+
+def _planner_daemons() -> list[str]:
+    """Command lines of this process tree's ``pyspark.daemon`` processes of planner modules."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(proc.cmdline())
+        except psutil.Error:
+            continue
+        if "-m pyspark.daemon" in cmd and PLANNER in cmd:
+            found.append(cmd)
+    return found
+
+
+def _planner_workers(spark: Any) -> dict[str, int]:
+    return {m: n for m, n in python_worker_pools(spark).items() if m.startswith(PLANNER)}
+
+
+def test_release_stops_idle_planner_pools_and_spark_plans_again(spark: Any) -> None:
+    spark.dataSource.register(_OneRowSource)
+    assert [r.x for r in spark.read.format("orderedstream_test_one_row").load().collect()] == [1]
+    before = _planner_workers(spark)
+    assert before.get(f"{PLANNER}create_data_source", 0) >= 1, before
+    assert _planner_daemons()
+
+    others = {m: n for m, n in python_worker_pools(spark).items() if not m.startswith(PLANNER)}
+    assert others.get("pyspark.worker", 0) >= 1, others  # the read's own worker
+    released = release_planner_workers(spark)
+    assert f"{PLANNER}create_data_source" in released
+    assert f"{PLANNER}plan_data_source_read" in released
+    assert set(_planner_workers(spark).values()) == {0}
+    deadline = time.monotonic() + 10
+    while _planner_daemons() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _planner_daemons() == []
+    assert release_planner_workers(spark) == []  # nothing left to stop
+    # the tasks' own pool (pyspark.worker) is not a planner pool: left alone
+    assert {m: n for m, n in python_worker_pools(spark).items()
+            if not m.startswith(PLANNER)} == others
+
+    # Spark plans again: the factories start their daemons anew
+    assert [r.x for r in spark.read.format("orderedstream_test_one_row").load().collect()] == [1]
+    assert _planner_workers(spark).get(f"{PLANNER}create_data_source", 0) >= 1
+    assert f"{PLANNER}create_data_source" in release_planner_workers(spark)
+
+
+def _run_until(query: Any, topics_end: dict[str, dict[int, int]], timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise AssertionError(f"query failed: {query.exception()}")
+        if committed_offsets(query) == topics_end:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"query did not reach {topics_end}: {committed_offsets(query)}")
+
+
+def _end_offsets(bootstrap: str, prefix: str) -> dict[str, dict[int, int]]:
+    from orderedstream.app.job.pipeline import kafka_end_offsets
+
+    return kafka_end_offsets(bootstrap, f"{prefix}-.*")
+
+
+def test_main_job_releases_planner_pools_and_a_restarted_query_plans_again(
+        spark: Any, kafka: Any, s3: Any, tmp_path: Path) -> None:
+    prefix = unique("plannerpools")
+    wave = GeneratorOptions(prefix=prefix, sites=1, late_sites=0, partitions=2,
+                            sessions_per_site=3, rows=3, updates=6, seed=3)
+    generate(kafka.bootstrap, wave, create_topic=kafka.create_topic)
+    base = s3.url(unique("plannerjob"))
+    opts = JobOptions(bootstrap=kafka.bootstrap, output=f"{base}/output",
+                      state_location=f"{base}/state", checkpoint=str(tmp_path / "checkpoint"),
+                      topic_pattern=f"{prefix}-.*", storage_options=s3.storage_options,
+                      trigger="1 second")
+    query, _ = start_job(spark, opts)
+    try:
+        _run_until(query, _end_offsets(kafka.bootstrap, prefix))
+        # the batch function released the pools before its stage ran; none came back since
+        assert set(_planner_workers(spark).values()) <= {0}, _planner_workers(spark)
+        assert _planner_daemons() == []
+    finally:
+        query.stop()
+
+    # a restart in the same session (what --max-restarts does): Spark plans the source again
+    generate(kafka.bootstrap, GeneratorOptions(prefix=prefix, sites=1, late_sites=0,
+                                               partitions=2, sessions_per_site=2, rows=3,
+                                               updates=4, seed=4, session_tag="b"))
+    query, _ = start_job(spark, opts)
+    try:
+        _run_until(query, _end_offsets(kafka.bootstrap, prefix))
+        assert set(_planner_workers(spark).values()) <= {0}, _planner_workers(spark)
+        assert _planner_daemons() == []
+    finally:
+        query.stop()
