@@ -251,8 +251,8 @@ def local_checkpoint_manager(spark: Any, checkpoint: str) -> str | None:
     ``java.io.File`` (atomic on a local disk) and starts none."""
     if spark.conf.get(CHECKPOINT_MANAGER_CONF, None):
         return None
-    jvm = spark.sparkContext._jvm
-    try:
+    try:  # no JVM here (Spark Connect): Spark's default manager
+        jvm = spark.sparkContext._jvm
         conf = spark._jsparkSession.sessionState().newHadoopConf()
         path = jvm.org.apache.hadoop.fs.Path(checkpoint)
         scheme = str(path.getFileSystem(conf).getScheme())
