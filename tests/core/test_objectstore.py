@@ -80,6 +80,11 @@ def test_settings_obstore_cannot_honour_keep_s3fs(s3: S3Server,
     path = f"{s3.bucket}/any"
     # request arguments obstore would not send (encryption, ACLs ...)
     assert not objectstore.native(_fs(s3, s3_additional_kwargs={"ACL": "private"}), path)
+    # a CA bundle obstore would not be given
+    custom_ca = {**s3.storage_options,
+                 "client_kwargs": {**s3.storage_options["client_kwargs"], "verify": "/ca.pem"}}
+    assert not objectstore.native(fsspec.filesystem("s3", skip_instance_cache=True,
+                                                    **custom_ca), path)
     # credentials from botocore's chain (profile, role): not guessed
     options = {k: v for k, v in s3.storage_options.items() if k not in ("key", "secret")}
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):

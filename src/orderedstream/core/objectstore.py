@@ -34,11 +34,12 @@ _log = logging.getLogger(__name__)
 _UNDERSTOOD = {"key", "secret", "token", "anon", "client_kwargs", "config_kwargs",
                "endpoint_url", "use_listings_cache", "listings_expiry_time", "max_paths",
                "skip_instance_cache", "default_block_size", "default_fill_cache",
-               "default_cache_type", "asynchronous", "loop", "use_ssl"}
-_CLIENT_UNDERSTOOD = {"endpoint_url", "region_name", "verify", "use_ssl"}
+               "default_cache_type", "asynchronous", "loop"}
+_CLIENT_UNDERSTOOD = {"endpoint_url", "region_name", "verify"}
 _CONFIG_UNDERSTOOD = {"s3", "retries", "connect_timeout", "read_timeout"}
 
 _stores: dict[tuple[Any, ...], Any] = {}
+_missing_logged = False
 
 
 def _settings(fs: Any) -> dict[str, Any] | None:
@@ -52,7 +53,8 @@ def _settings(fs: Any) -> dict[str, Any] | None:
     config = dict(options.get("config_kwargs") or {})
     if (set(options) - _UNDERSTOOD or set(client) - _CLIENT_UNDERSTOOD
             or set(config) - _CONFIG_UNDERSTOOD
-            or set(config.get("s3") or {}) - {"addressing_style"}):
+            or set(config.get("s3") or {}) - {"addressing_style"}
+            or client.get("verify") not in (None, True, False)):  # a CA bundle's path
         return None
     endpoint = options.get("endpoint_url") or client.get("endpoint_url")
     region = client.get("region_name")
@@ -107,6 +109,10 @@ def _store(fs: Any, bucket: str) -> Any | None:
         try:
             from obstore.store import S3Store
         except ImportError:
+            global _missing_logged
+            if not _missing_logged:
+                _missing_logged = True
+                _log.info("obstore is not installed: S3 puts go through s3fs")
             return None
         store = _stores[key] = S3Store(bucket, **settings)
     return store
