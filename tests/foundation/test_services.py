@@ -107,6 +107,33 @@ def test_private_s3_restarts_with_its_data(make_s3) -> None:
     assert server.filesystem().cat_file(server.url("a/b.txt")) == b"persisted"
 
 
+def test_s3_first_start_picks_new_ports_when_one_was_taken(tmp_path: Path) -> None:
+    """The ports an S3Server picks are ephemeral ones: an outgoing connection can take one
+    before SeaweedFS binds it (seen in CI). Its first start then picks again; a restart keeps
+    its ports."""
+    import socket
+
+    from orderedstream.dev.services.s3 import S3Server
+
+    server = S3Server(tmp_path / "s3")
+    taken = server.port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", taken))  # bound, not listening: refuses connections fast
+        server.start()
+        try:
+            assert server.port != taken
+            fs = server.filesystem()
+            fs.pipe_file(server.url("x"), b"up")
+            assert fs.cat_file(server.url("x")) == b"up"
+            assert "Port allocation failed" in server.log_path.read_text()
+            port = server.port
+            server.restart()
+            assert server.port == port
+            assert server.filesystem().cat_file(server.url("x")) == b"up"
+        finally:
+            server.stop()
+
+
 def test_local_spark_runs_python_workers_from_this_venv(spark) -> None:
     import sys
 

@@ -37,8 +37,14 @@ class S3Server:
         self.bucket = bucket
         (self.port, self.master_port, self.volume_port, self.filer_port,
          self.webdav_port, self.admin_port) = free_ports(6)
+        self._picked = self._ports()  # start() may pick again while nothing has used them
+        self._started = False
         self.log_path = self.workdir / "seaweedfs.log"
         self._proc: ManagedProcess | None = None
+
+    def _ports(self) -> tuple[int, ...]:
+        return (self.port, self.master_port, self.volume_port, self.filer_port,
+                self.webdav_port, self.admin_port)
 
     @property
     def endpoint(self) -> str:
@@ -65,6 +71,27 @@ class S3Server:
         return "s3://" + "/".join([self.bucket, *[p.strip("/") for p in parts if p]])
 
     def start(self, timeout: float = 60.0) -> S3Server:
+        """Start the server and wait for its bucket. A port picked free when this object was
+        made can be taken before the server binds it (the picks are ephemeral ports, which
+        outgoing connections use too): SeaweedFS then exits with "Port allocation failed",
+        and a first start whose ports nobody chose picks new ones (up to 3 times). A restart
+        keeps its ports: clients know them."""
+        for attempt in range(3):
+            try:
+                self._start(timeout)
+            except ServiceError as exc:
+                if (self._started or self._ports() != self._picked or attempt == 2
+                        or "Port allocation failed" not in str(exc)):
+                    raise
+                (self.port, self.master_port, self.volume_port, self.filer_port,
+                 self.webdav_port, self.admin_port) = free_ports(6)
+                self._picked = self._ports()
+                continue
+            self._started = True
+            return self
+        raise ServiceError(f"SeaweedFS S3 did not start in {self.workdir}")  # not reached
+
+    def _start(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         argv = [weed_binary(), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1",
                 "-ip.bind=127.0.0.1",
@@ -77,7 +104,6 @@ class S3Server:
         self._proc = ManagedProcess("seaweedfs", argv, self.log_path, cwd=self.workdir).start()
         wait_until(self._bucket_ready, timeout, f"SeaweedFS S3 on {self.endpoint}",
                    self.log_path, self._proc)
-        return self
 
     def _bucket_ready(self) -> bool:
         fs = self.filesystem()
