@@ -21,11 +21,12 @@ from typing import Any
 
 
 class PartUploader:
-    """One thread running upload jobs in submission order; ``submit`` waits while
-    ``in_flight`` jobs are queued and re-raises the error of any job it waited for."""
+    """Upload jobs run in submission order on ``pool`` (one thread, lent by the writer:
+    ``orderedstream.core.threads``); ``submit`` waits while ``in_flight`` jobs are queued and
+    re-raises the error of any job it waited for."""
 
-    def __init__(self, *, in_flight: int) -> None:
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="orderedstream-upload")
+    def __init__(self, pool: ThreadPoolExecutor, *, in_flight: int) -> None:
+        self._pool = pool
         self._queued: deque[Future[Any]] = deque()
         self._in_flight = in_flight
 
@@ -36,9 +37,15 @@ class PartUploader:
         self._queued.append(future)
         return future
 
-    def shutdown(self, *, cancel: bool) -> None:
-        """Wait for the running job; ``cancel`` drops the queued ones (failure path)."""
-        self._pool.shutdown(wait=True, cancel_futures=cancel)
+    def drain(self) -> None:
+        """Wait for every job submitted (success path; the pool goes back to its lender)."""
+        while self._queued:
+            self._queued.popleft().result()
+
+    def cancel(self) -> None:
+        """Failure path: drop the queued jobs, wait for the running one (the pool is not
+        lent again)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class StagedFile(io.RawIOBase):

@@ -24,7 +24,8 @@ import datetime
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -35,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractBufferedFile
 
-from orderedstream.core import objectstore
+from orderedstream.core import objectstore, threads
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.storage import is_local
 from orderedstream.core.workerheap import freeze_worker_heap
@@ -115,8 +116,11 @@ class ParquetFileWriter:
         open_files: dict[tuple[str, ...], _OpenFile] = {}
         opened: list[_OpenFile] = []
         closing: list[Future[DataFile]] = []
-        uploader = None if is_local(fs) else PartUploader(in_flight=_IN_FLIGHT)
-        with ThreadPoolExecutor(1, thread_name_prefix="orderedstream-parquet") as pool:
+        local = is_local(fs)
+        with threads.lend("parquet") as pool, (
+                nullcontext(None) if local else threads.lend("upload")) as upload_pool:
+            uploader = None if upload_pool is None else PartUploader(upload_pool,
+                                                                     in_flight=_IN_FLIGHT)
             inflight: deque[Future[Any]] = deque()
 
             def submit(job: Callable[..., Any], *args: Any) -> Future[Any]:
@@ -153,12 +157,12 @@ class ParquetFileWriter:
                     closing.append(self._close(open_files.pop(key), submit))
                 files = [future.result() for future in closing]
                 if uploader is not None:
-                    uploader.shutdown(cancel=False)
+                    uploader.drain()
                 return files
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)  # no write races the cleanup
                 if uploader is not None:
-                    uploader.shutdown(cancel=True)
+                    uploader.cancel()
                 for leftover in opened:  # orphans; never listed in a commit
                     _abandon(leftover)
                 raise

@@ -13,11 +13,10 @@ import base64
 import hashlib
 import os
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from orderedstream.core import objectstore
+from orderedstream.core import objectstore, threads
 from orderedstream.statestore.manifest import FileEntry
 
 INLINE_LIMIT = 1 << 20
@@ -36,8 +35,7 @@ def transfer(fs: Any, method: str, sources: list[str], targets: list[str],
         if len(sources) == 1:
             objectstore.put(fs, targets[0], sources[0])
             return
-        with ThreadPoolExecutor(min(batch_size, len(sources)),
-                                thread_name_prefix="orderedstream-put") as pool:
+        with threads.lend("put", max(1, batch_size)) as pool:
             list(pool.map(lambda pair: objectstore.put(fs, pair[1], pair[0]),
                           zip(sources, targets, strict=True)))
         return
