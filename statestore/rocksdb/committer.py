@@ -37,6 +37,10 @@ from orderedstream.statestore.snapshot import UploadResult, sha256_file, transfe
 
 _log = logging.getLogger("statestore")
 
+_FRAGMENTS = 32
+_FRAGMENT_BYTES = 2 << 20
+"""A space is compacted whole above ``max(_FRAGMENTS, its bytes / _FRAGMENT_BYTES)`` files."""
+
 _Upload = tuple[UploadResult, tuple[FileEntry, ...], tuple[FileEntry, ...], float,
                 Callable[[], None]]
 """What a snapshot mode uploaded: the upload, the manifest's files and changelog chain, when
@@ -142,6 +146,7 @@ class Committer(PartitionDB):
         """A full snapshot: checkpoint (flushes the memtables), upload the SSTs not uploaded
         before. The manifest's changelog chain is empty."""
         ckpt = os.path.join(copy.dir, f"ckpt-{attempt}")
+        self._compact_fragments()
         rocksdict.Checkpoint(self._db).create_checkpoint(ckpt)
         checkpointed = time.perf_counter()
         try:
@@ -153,6 +158,29 @@ class Committer(PartitionDB):
             raise
         return (result, tuple(result.entries), (), checkpointed,
                 lambda: shutil.rmtree(ckpt, ignore_errors=True))
+
+    def _compact_fragments(self) -> None:
+        """Merge a space's SSTs once they are many and small on average.
+
+        Every commit flushes each written space into a small file, and RocksDB moves a file
+        whose keys overlap no other file's (new session keys, increasing timeout keys) down
+        to the last level as it is, where leveled compaction never merges it: files grew by
+        one per space and batch (76 after 40 small batches) and with them every open, every
+        checkpoint's links and every manifest. A space with more than ``_FRAGMENTS`` files
+        and under ``_FRAGMENT_BYTES`` per file on average is rewritten whole (last level
+        included), so a 1 GiB space waits for 512 files and a small one rewrites a few KiB.
+        """
+        for name, cf in self._cfs.items():
+            files = sum(cf.property_int_value(f"rocksdb.num-files-at-level{level}") or 0
+                        for level in range(7))
+            size = cf.property_int_value("rocksdb.total-sst-files-size") or 0
+            if files > max(_FRAGMENTS, size // _FRAGMENT_BYTES):
+                options = rocksdict.CompactOptions()
+                options.set_bottommost_level_compaction(
+                    rocksdict.BottommostLevelCompaction.force())
+                cf.compact_range(None, None, options)
+                _log.info("state partition %s of %s: space %s compacted (%d files, %d bytes)",
+                          self.partition, self._location.url, name, files, size)
 
     def _upload_changelog(self, copy: LocalCopy, pdir: str, version: int,
                           attempt: str) -> _Upload:

@@ -111,6 +111,9 @@ class RawFamily(Protocol):
 
     def property_int_value(self, name: str) -> int | None: ...
 
+    def compact_range(self, begin: bytes | None, end: bytes | None,
+                      compact_opt: rocksdict.CompactOptions = ...) -> None: ...
+
 
 class Space:
     """What the hot path needs of one space, found with one dict lookup: the column family,
