@@ -5,7 +5,8 @@ Prints, for each reader (``native``: orderedstream._kafka_native; ``python``: co
 records/s and CPU ns per record of ``read_range`` over one partition, then the cost of small
 batches: consecutive ranges of ``--batch-records`` records read one after another (as a stream's
 tasks do in one reused Python worker) with the consumer pool off (``kafkaConsumer.cacheCapacity``
-= 0: a new consumer per range) and on. ``--profile`` adds the top functions by own time.
+= 0: a new consumer per range) and on, and every other range (as when two workers take a
+partition in turns). ``--profile`` adds the top functions by own time.
 """
 
 from __future__ import annotations
@@ -62,19 +63,35 @@ def _small_batches(broker: Any, reader: str, batch: int, count: int) -> None:
                                  "subscribe": "profile", "reader": reader,
                                  "kafkaConsumer.cacheCapacity": capacity}, streaming=False)
         POOL.clear()
-        before = (POOL.stats.created, POOL.stats.reused, POOL.stats.seeks)
+        before = (POOL.stats.created, POOL.stats.reused, POOL.stats.replaced)
         times = []
         for i in range(count):
             started = time.perf_counter()
             assert _read(OffsetRange("profile", 0, i * batch, (i + 1) * batch, True),
                          options) == batch
             times.append((time.perf_counter() - started) * 1000)
-        created, reused, seeks = (a - b for a, b in zip(
-            (POOL.stats.created, POOL.stats.reused, POOL.stats.seeks), before))
+        created, reused, replaced = (a - b for a, b in zip(
+            (POOL.stats.created, POOL.stats.reused, POOL.stats.replaced), before))
         print(f"{reader:>6}, pool {'on ' if capacity != '0' else 'off'}: {count} ranges of "
               f"{batch} records: median {statistics.median(times):.2f} ms, p90 "
               f"{sorted(times)[int(0.9 * (len(times) - 1))]:.2f} ms per range "
-              f"(consumers created {created}, reused {reused}, seeks {seeks})")
+              f"(consumers created {created}, reused {reused}, replaced {replaced})")
+    # Two workers taking a partition in turns: each range starts where the other worker's
+    # stopped, so this worker's pooled consumer stopped elsewhere, idle for a moment between
+    # batches (its long-poll fetch waiting at the broker).
+    options = parse_options({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": "profile",
+                             "reader": reader}, streaming=False)
+    POOL.clear()
+    times = []
+    for i in range(count // 2):
+        started = time.perf_counter()
+        assert _read(OffsetRange("profile", 0, 2 * i * batch, (2 * i + 1) * batch, True),
+                     options) == batch
+        times.append((time.perf_counter() - started) * 1000)
+        time.sleep(0.1)
+    print(f"{reader:>6}, pool on, every other range (another worker read the one between): "
+          f"median {statistics.median(times[1:]):.2f} ms per range (replaced "
+          f"{POOL.stats.replaced})")
     POOL.clear()
 
 

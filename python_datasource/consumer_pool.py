@@ -4,8 +4,12 @@ Spark reuses Python workers, so a task of batch N+1 often runs where the task of
 the same partition. Like Spark's ``KafkaDataConsumer`` cache, consumers are pooled by client
 configuration (cluster and security settings, secrets included, held in memory only), topic
 and partition: a reader takes the idle consumer of its key, which keeps its broker
-connections, metadata and prefetched records; when the range starts exactly where that
-consumer's delivery stopped no seek is needed, otherwise it is re-assigned to the start. A
+connections, metadata and prefetched records, when the range starts exactly where that
+consumer's delivery stopped. Otherwise (another worker read the ranges in between, or a batch
+is replayed) the idle consumer is replaced by a new one, not re-positioned: librdkafka starts a
+seek's fetch only once the consumer's outstanding fetch returns, and an idle consumer at the
+end of the log has one waiting at the broker for ``fetch.wait.max.ms`` (500 ms): a seek took
+456 ms there against 11-21 ms for a new consumer (``benchmarks/profile_source_reader.py``). A
 consumer that failed is closed, never pooled. The pool is bounded (least recently used closed
 first) and consumers idle longer than the timeout are closed by a daemon thread.
 
@@ -50,7 +54,9 @@ class PoolStats:
 
     created: int = 0
     reused: int = 0
-    seeks: int = 0
+    replaced: int = 0
+    """Idle consumers of the key that stopped elsewhere than the range's start, closed for a
+    new one (counted in ``created`` and ``closed`` too)."""
     closed: int = 0
 
 
@@ -74,24 +80,25 @@ class ConsumerPool:
         self._evict(time.monotonic())
 
     def acquire(self, key: Hashable, start: int, factory: Callable[[], Any]) -> Any:
-        """An assigned consumer positioned at ``start``: the pooled one of ``key`` when
-        there is one (seeking only if its delivery stopped elsewhere), else a new one."""
+        """An assigned consumer positioned at ``start``: the pooled one of ``key`` when its
+        delivery stopped exactly there, else a new one (a pooled one stopped elsewhere is
+        closed: see the module's note on seeks)."""
         with self._lock:
             idle = self._idle.pop(key, None)
-        if idle is None:
-            consumer = factory()
-            consumer.assign(start)
-            self.stats.created += 1
-            return consumer
-        self.stats.reused += 1
-        try:
-            if idle.next_offset != start:
-                idle.consumer.assign(start)
-                self.stats.seeks += 1
-        except BaseException:
+        if idle is not None and idle.next_offset == start:
+            self.stats.reused += 1
+            return idle.consumer
+        if idle is not None:
+            self.stats.replaced += 1
             self._close(idle.consumer)
+        consumer = factory()
+        try:
+            consumer.assign(start)
+        except BaseException:
+            self._close(consumer)
             raise
-        return idle.consumer
+        self.stats.created += 1
+        return consumer
 
     def release(self, key: Hashable, consumer: Any, next_offset: int) -> None:
         """Returns a consumer that finished its range cleanly; ``next_offset`` is the offset

@@ -84,16 +84,21 @@ def test_consumers_are_reused_across_consecutive_ranges(kafka: Any, topic: Any,
         kafka.produce(name, [(None, b"%d" % i) for i in range(300)], partition=p)
     o = opts(kafka.bootstrap, reader=reader)
     POOL.clear()
-    start = POOL.stats.created, POOL.stats.reused, POOL.stats.seeks
+    start = POOL.stats.created, POOL.stats.reused, POOL.stats.replaced
     for lo in range(0, 300, 100):  # three batches of two partitions
         for p in range(2):
             assert _read_all(OffsetRange(name, p, lo, lo + 100), o) == list(range(lo, lo + 100))
-    created, reused, seeks = (a - b for a, b in zip(
-        (POOL.stats.created, POOL.stats.reused, POOL.stats.seeks), start))
-    assert (created, reused, seeks) == (2, 4, 0)
-    # a replayed batch starts before where the pooled consumer stopped: it is re-positioned
+    created, reused, replaced = (a - b for a, b in zip(
+        (POOL.stats.created, POOL.stats.reused, POOL.stats.replaced), start))
+    assert (created, reused, replaced) == (2, 4, 0)
+    # a replayed batch starts before where the pooled consumer stopped: a new consumer reads
+    # it (a seek would wait for the idle consumer's long-poll fetch), and is pooled
+    closed = POOL.stats.closed
     assert _read_all(OffsetRange(name, 0, 50, 60), o) == list(range(50, 60))
-    assert POOL.stats.seeks - seeks - start[2] == 1
+    assert POOL.stats.replaced - replaced - start[2] == 1
+    assert POOL.stats.created - created - start[0] == 1 and POOL.stats.closed == closed + 1
+    assert _read_all(OffsetRange(name, 0, 60, 70), o) == list(range(60, 70))
+    assert POOL.stats.reused - reused - start[1] == 1
     # other settings (here the isolation level) never share a consumer
     committed = opts(kafka.bootstrap, reader=reader,
                      **{"kafka.isolation.level": "read_committed"})
@@ -114,11 +119,11 @@ def test_a_failed_read_closes_its_consumer(kafka: Any, topic: Any, reader: str) 
     kafka.admin().delete_records([TopicPartition(name, 0, 20)])[
         TopicPartition(name, 0, 20)].result(30)
     closed = POOL.stats.closed
-    # [10, 30) does not continue where the pooled consumer stopped (5): it seeks, and the log
-    # no longer holds 10..19 (a consumer continuing at 10 would deliver what it had prefetched)
+    # [10, 30) does not continue where the pooled consumer stopped (5): a new consumer reads
+    # it, and the log no longer holds 10..19 (the pooled one had prefetched them)
     with pytest.raises(DataLossError, match=rf"{name}-0 offsets \[10, 20\)"):
         _read_all(OffsetRange(name, 0, 10, 30, strict=True), o)
-    assert POOL.stats.closed == closed + 1 and "idle=0" in repr(POOL)
+    assert POOL.stats.closed == closed + 2 and "idle=0" in repr(POOL)  # replaced, failed
     assert _read_all(OffsetRange(name, 0, 20, 30), o) == list(range(20, 30))
     POOL.clear()
 
