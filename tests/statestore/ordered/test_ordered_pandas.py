@@ -20,7 +20,7 @@ RECORDS, PER_BATCH = 40, 10  # one Kafka partition: batches of offsets 0-9, 10-1
 
 
 def report_imports(key: Any, record: Any, state: Any) -> Any:
-    return [(key.decode(), record.offset, os.getpid(), "pandas" in sys.modules)]
+    return [(key.decode(), record["offset"], os.getpid(), "pandas" in sys.modules)]
 
 
 def use_pandas(key: Any, record: Any, state: Any) -> Any:
@@ -30,8 +30,8 @@ def use_pandas(key: Any, record: Any, state: Any) -> Any:
     # pyarrow sees pandas once the user imports it: NaN of a pandas Series is a null, a
     # DataFrame is a table, to_pandas works, and pandas scalars convert.
     nulls = pa.array(pd.Series([1.0, float("nan")])).null_count
-    frame = pa.table(pd.DataFrame({"offset": [record.offset]})).to_pandas()
-    stamp = pd.Timestamp(1_700_000_000 + record.offset, unit="s")
+    frame = pa.table(pd.DataFrame({"offset": [record["offset"]]})).to_pandas()
+    stamp = pd.Timestamp(1_700_000_000 + record["offset"], unit="s")
     return [(key.decode(), int(frame["offset"].iloc[0]), nulls, stamp, pd.Series([2, 3]).sum())]
 
 
