@@ -46,6 +46,7 @@ from pyspark.sql.types import (
 )
 
 from orderedstream.core.errors import InvariantError, OptionError
+from orderedstream.core.pandaslazy import keep_pandas_lazy
 from orderedstream.core.worker_errors import reason_first_in_worker
 from orderedstream.python_datasource.kafka_metadata import (
     TP,
@@ -325,6 +326,7 @@ class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
 def _read(partition: InputPartition, options: OrderedKafkaOptions) -> Iterator[pa.RecordBatch]:
     """The range's records, or (``emit = ranges``) the one row describing the range (without
     secret values). Executor."""
+    keep_pandas_lazy()  # the batches' Arrow arrays need no pandas (core.pandaslazy)
     if isinstance(partition, KafkaRangesPartition) and options.emit == "ranges":
         return iter([describe(rng, options) for rng in partition.ranges])
     if not isinstance(partition, KafkaInputPartition):

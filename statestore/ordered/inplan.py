@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orderedstream.core.errors import OptionError, OrderViolationError
+from orderedstream.core.pandaslazy import keep_pandas_lazy
 from orderedstream.python_datasource.client_config import KafkaSecrets
 from orderedstream.python_datasource.ranges import described, is_range_columns
 from orderedstream.sinks.options import FencedParquetOptions
@@ -180,6 +181,7 @@ class StageTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        keep_pandas_lazy()  # its Arrow rows need no pandas (core.pandaslazy)
         plan, dry_run = self._plan()
         context = TaskContext.get()
         if not dry_run and context is not None and context.partitionId() == 0:
@@ -249,6 +251,8 @@ def observed_columns() -> list[Any]:
     """The ``observe`` aggregates of :data:`OBSERVED` over the stage's rows."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    sums = [F.coalesce(F.sum(name), F.lit(0)).cast("long").alias(name) for name in _SUMMED]
-    return [*sums, F.coalesce(F.max("state_commit_ms"), F.lit(0.0)).alias("state_commit_ms"),
+    # Literals as SQL, not F.lit: PySpark's lit imports pyspark.testing.utils, which imports
+    # pandas into the driver (34 MiB) to answer "is NumPy installed".
+    sums = [F.coalesce(F.sum(name), F.expr("0")).cast("long").alias(name) for name in _SUMMED]
+    return [*sums, F.coalesce(F.max("state_commit_ms"), F.expr("0.0D")).alias("state_commit_ms"),
             F.count("partition").cast("long").alias("kafka_partitions")]

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orderedstream.core.errors import OptionError, OrderViolationError, UserFunctionError
+from orderedstream.core.pandaslazy import keep_pandas_lazy
 from orderedstream.python_datasource.client_config import KafkaSecrets
 from orderedstream.python_datasource.ranges import described, is_range_columns
 from orderedstream.python_datasource.reader import read_range
@@ -316,6 +317,7 @@ class OrderedTask:
         self.kafka_secrets = kafka_secrets if kafka_secrets is not None else KafkaSecrets()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_pandas_lazy()  # building output arrays must not import pandas (core.pandaslazy)
         batches = iter(batches)
         first = next(batches, None)
         if first is None:

@@ -103,6 +103,12 @@ def _end_offsets(bootstrap: str, prefix: str) -> dict[str, dict[int, int]]:
     return kafka_end_offsets(bootstrap, f"{prefix}-.*")
 
 
+def _assert_load_planners_released(spark: Any) -> None:
+    pools = _planner_workers(spark)
+    for step in ("lookup_data_sources", "create_data_source"):
+        assert pools.get(f"{PLANNER}{step}", 0) == 0, pools
+
+
 def test_main_job_releases_planner_pools_and_a_restarted_query_plans_again(
         spark: Any, kafka: Any, s3: Any, tmp_path: Path) -> None:
     prefix = unique("plannerpools")
@@ -116,6 +122,9 @@ def test_main_job_releases_planner_pools_and_a_restarted_query_plans_again(
                       trigger="1 second")
     query, _ = start_job(spark, opts)
     try:
+        # load()'s planner steps were released before the query started its source runner
+        # and the stage's workers (plan_data_source_read, run by the query, goes at batch 0)
+        _assert_load_planners_released(spark)
         _run_until(query, _end_offsets(kafka.bootstrap, prefix))
         # the batch function released the pools before its stage ran; none came back since
         assert set(_planner_workers(spark).values()) <= {0}, _planner_workers(spark)
@@ -129,6 +138,7 @@ def test_main_job_releases_planner_pools_and_a_restarted_query_plans_again(
                                                updates=4, seed=4, session_tag="b"))
     query, _ = start_job(spark, opts)
     try:
+        _assert_load_planners_released(spark)
         _run_until(query, _end_offsets(kafka.bootstrap, prefix))
         assert set(_planner_workers(spark).values()) <= {0}, _planner_workers(spark)
         assert _planner_daemons() == []

@@ -49,6 +49,9 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
         # Launched by spark-submit: its --master, --conf and --jars configure the session.
         from pyspark.sql import SparkSession
 
+        from orderedstream.core.jvm import light_numpy_converters
+
+        light_numpy_converters()  # else the first py4j call imports pandas into the driver
         spark = SparkSession.builder.appName(app_name).getOrCreate()
     else:
         # The class archive, when scripts/bootstrap.sh built it: the JVM starts ~1.5 s sooner.

@@ -326,3 +326,66 @@ def python_worker_pools(spark: Any) -> dict[str, int]:
     if cls is None:
         return {}
     return {str(k): int(v) for k, v in cls.pools().items()}
+
+
+def light_numpy_converters() -> int:
+    """Replace PySpark's py4j input converters for NumPy values with ones that do not import
+    ``pyspark.testing.utils``; the number replaced.
+
+    PySpark's ``NumpyScalarConverter`` / ``NumpyArrayConverter`` ask ``pyspark.testing.utils``
+    whether NumPy is installed, on the first py4j call with arguments (creating the session's
+    ``SparkConf``). That module checks for pandas, grpc and more, and imports pandas into the
+    driver: 34 MiB for nothing. A NumPy value can only exist once ``numpy`` is imported, so the
+    replacements look at ``sys.modules`` and convert exactly what the originals convert. Call
+    before the session starts; idempotent. ``ORDEREDSTREAM_LAZY_PANDAS=0``: left as they are."""
+    import sys
+
+    from orderedstream.core.pandaslazy import enabled
+
+    if not enabled():
+        return 0
+    from py4j import protocol
+    from pyspark.sql import types
+
+    class _Scalar(types.NumpyScalarConverter):
+        def can_convert(self, obj: Any) -> bool:
+            np = sys.modules.get("numpy")
+            return np is not None and isinstance(obj, np.generic)
+
+    class _Array(types.NumpyArrayConverter):
+        def can_convert(self, obj: Any) -> bool:
+            np = sys.modules.get("numpy")
+            return np is not None and isinstance(obj, np.ndarray) and obj.ndim == 1
+
+    replaced = 0
+    for i, converter in enumerate(protocol.INPUT_CONVERTER):
+        kind = type(converter)
+        if kind is types.NumpyScalarConverter:
+            protocol.INPUT_CONVERTER[i], replaced = _Scalar(), replaced + 1
+        elif kind is types.NumpyArrayConverter:
+            protocol.INPUT_CONVERTER[i], replaced = _Array(), replaced + 1
+    return replaced
+
+
+def map_in_arrow(df: Any, func: Any, schema: Any) -> Any:
+    """``df.mapInArrow(func, schema)``, the same plan, without PySpark's pandas check.
+
+    PySpark builds ``mapInArrow``'s function through ``pandas_udf``, which imports pandas in
+    the driver only to check its version (34 MiB), although an Arrow function never uses it.
+    This builds the same ``SQL_MAP_ARROW_ITER_UDF`` function and calls the same JVM method.
+    Spark Connect (no JVM here), an unknown PySpark or ``ORDEREDSTREAM_LAZY_PANDAS=0``:
+    ``df.mapInArrow``."""
+    from orderedstream.core.pandaslazy import enabled
+
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None or not enabled():
+        return df.mapInArrow(func, schema)
+    try:
+        from pyspark.sql import DataFrame
+        from pyspark.sql.pandas.functions import vectorized_udf  # type: ignore[attr-defined]
+        from pyspark.util import PythonEvalType
+    except ImportError:
+        return df.mapInArrow(func, schema)
+    udf = vectorized_udf(func, schema, PythonEvalType.SQL_MAP_ARROW_ITER_UDF, "pandas")
+    column = udf(*[df[name] for name in df.columns])
+    return DataFrame(jdf.mapInArrow(column._jc, False, None), df.sparkSession)

@@ -21,6 +21,7 @@ from orderedstream.core.jvm import (
     release_planner_workers,
     share_python_workers,
 )
+from orderedstream.core.pandaslazy import keep_pandas_lazy
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
 _log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     ``observedMetrics["orderedstream"]``; only when batches are placed on a cluster
     (``placement="auto"``, the shim) does it run inside ``foreachBatch`` (``process_batch``),
     with the input's records and Kafka partitions observed instead (``observe_input``)."""
+    keep_pandas_lazy()  # the driver's commit path builds Arrow arrays too (core.pandaslazy)
     reader = (spark.readStream.format("orderedkafka")
               .option("kafka.bootstrap.servers", opts.bootstrap)
               .option("subscribePattern", opts.topic_pattern)
@@ -107,6 +109,9 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     if shuffled:  # one task describes the batch's ranges (see below), not one per partition
         reader = reader.option("rangePartitions", "1")
     frame = reader.load()
+    # load() ran Spark's lookup and create planner steps: their idle pools (about 130 MiB) go
+    # now, before the query starts its source runner and the stage's workers, not at batch 0
+    _release_planners(spark)
     if placed:
         frame, commit = observe_input(frame), processor.process_batch
     else:  # the stage in the query's plan: its figures reach StreamingQueryProgress
@@ -144,10 +149,7 @@ def _batch_function(spark: Any, process: Callable[[Any, int], Any],
     before the batch's tasks start the stage's workers; then the batch, then ``on_batch``."""
 
     def process_batch(batch_df: Any, batch_id: int) -> Any:
-        released = release_planner_workers(spark)
-        if released:
-            _log.info("stopped the idle Python workers of Spark's planner runs: %s",
-                      ", ".join(sorted(released)))
+        _release_planners(spark)
         began = time.monotonic()
         result = process(batch_df, batch_id)
         if on_batch is not None:
@@ -155,6 +157,13 @@ def _batch_function(spark: Any, process: Callable[[Any, int], Any],
         return result
 
     return process_batch
+
+
+def _release_planners(spark: Any) -> None:
+    released = release_planner_workers(spark)
+    if released:
+        _log.info("stopped the idle Python workers of Spark's planner runs: %s",
+                  ", ".join(sorted(released)))
 
 
 def kafka_end_offsets(bootstrap: str, pattern: str) -> dict[str, dict[int, int]]:

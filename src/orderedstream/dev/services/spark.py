@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orderedstream.core.jvm import bundled_jar
+from orderedstream.core.jvm import bundled_jar, light_numpy_converters
 from orderedstream.dev.services import sparkhome
 from orderedstream.dev.services.process import ManagedProcess, free_ports, port_open, wait_until
 
@@ -102,6 +102,7 @@ def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
+    light_numpy_converters()  # else the first py4j call imports pandas into the driver
     builder = SparkSession.builder.master(master).appName(app_name)
     base = default_conf(tmp_dir)
     if java_options:
