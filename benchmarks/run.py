@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown case(s) {unknown}; available: {', '.join(names)}")
         names = wanted
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = args.out or Path(__file__).resolve().parent / "reports" / stamp
+    out = (args.out or Path(__file__).resolve().parent / "reports" / stamp).resolve()
     out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     results: list[dict] = []
