@@ -82,6 +82,7 @@ def _small_batches(broker: Any, reader: str, batch: int, count: int) -> None:
     options = parse_options({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": "profile",
                              "reader": reader}, streaming=False)
     POOL.clear()
+    replaced_before = POOL.stats.replaced  # the stats count since the worker started
     times = []
     for i in range(count // 2):
         started = time.perf_counter()
@@ -91,7 +92,7 @@ def _small_batches(broker: Any, reader: str, batch: int, count: int) -> None:
         time.sleep(0.1)
     print(f"{reader:>6}, pool on, every other range (another worker read the one between): "
           f"median {statistics.median(times[1:]):.2f} ms per range (replaced "
-          f"{POOL.stats.replaced})")
+          f"{POOL.stats.replaced - replaced_before})")
     POOL.clear()
 
 
