@@ -9,7 +9,8 @@ consumer's delivery stopped. Otherwise (another worker read the ranges in betwee
 is replayed) the idle consumer is replaced by a new one, not re-positioned: librdkafka starts a
 seek's fetch only once the consumer's outstanding fetch returns, and an idle consumer at the
 end of the log has one waiting at the broker for ``fetch.wait.max.ms`` (500 ms): a seek took
-456 ms there against 11-21 ms for a new consumer (``benchmarks/profile_source_reader.py``). A
+454 ms there against 10.5 ms for a new consumer (``benchmarks/results/20261125-s11/``;
+``benchmarks/profile_source_reader.py`` measures the case). A
 consumer that failed is closed, never pooled. The pool is bounded (least recently used closed
 first) and consumers idle longer than the timeout are closed by a daemon thread.
 
