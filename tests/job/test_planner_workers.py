@@ -144,3 +144,45 @@ def test_main_job_releases_planner_pools_and_a_restarted_query_plans_again(
         assert _planner_daemons() == []
     finally:
         query.stop()
+
+
+def _close_idle_workers_as_spark_does(spark: Any, module: str) -> int:
+    """What Spark's idle monitor does to a pool idle for a minute: its idle workers' sockets
+    are closed and they leave the idle queue, but stay in the factory's weak map of workers
+    until a garbage collection. The number of pools found for ``module``."""
+    # By fields only: listing SparkEnv's methods (py4j's lookup, getMethod) loads classes
+    # (protobuf) that are not on the driver's class path.
+    reflect = spark._jvm.java.lang.Class
+    companion = reflect.forName("org.apache.spark.SparkEnv$")
+    current = companion.getDeclaredField("env")
+    current.setAccessible(True)
+    env = current.get(companion.getDeclaredField("MODULE$").get(None))
+    field = reflect.forName("org.apache.spark.SparkEnv").getDeclaredField("pythonWorkers")
+    field.setAccessible(True)
+    found = 0
+    entries = field.get(env).iterator()
+    while entries.hasNext():
+        entry = entries.next()
+        if entry._1().workerModule() == module:
+            # private[spark] in Scala, public (name-mangled) in the bytecode
+            cleanup = "org$apache$spark$api$python$PythonWorkerFactory$$cleanupIdleWorkers"
+            getattr(entry._2(), cleanup)()
+            found += 1
+    return found
+
+
+def test_a_pool_whose_idle_worker_spark_closed_is_still_released(spark: Any) -> None:
+    """A worker closed by Spark's idle monitor is gone, not in use: the pool that started a
+    new worker since is released (it once counted as busy until a GC, and the pool stayed)."""
+    spark.dataSource.register(_OneRowSource)
+    module = f"{PLANNER}plan_data_source_read"
+    assert [r.x for r in spark.read.format("orderedstream_test_one_row").load().collect()] == [1]
+    assert _planner_workers(spark).get(module, 0) >= 1
+    assert _close_idle_workers_as_spark_does(spark, module) >= 1  # a pool per worker env
+    assert _planner_workers(spark).get(module) == 0  # the closed worker is not counted
+
+    # the next plan forks a new worker next to the closed one still in the weak map
+    assert [r.x for r in spark.read.format("orderedstream_test_one_row").load().collect()] == [1]
+    assert _planner_workers(spark).get(module) == 1
+    assert module in release_planner_workers(spark)
+    assert set(_planner_workers(spark).values()) == {0}

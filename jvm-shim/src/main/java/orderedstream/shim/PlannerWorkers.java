@@ -79,7 +79,10 @@ public final class PlannerWorkers {
         return release(PLANNER_MODULE_PREFIX);
     }
 
-    /** Worker modules that have a pool in this JVM's SparkEnv now, with their live workers. */
+    /**
+     * Worker modules that have a pool in this JVM's SparkEnv now, with their live workers (idle
+     * or in use; not those whose socket is closed).
+     */
     public static Map<String, Integer> pools() throws ReflectiveOperationException {
         Map<String, Integer> out = new java.util.TreeMap<>();
         SparkEnv env = SparkEnv.get();
@@ -89,8 +92,12 @@ public final class PlannerWorkers {
         synchronized (env) {
             for (Map.Entry<Object, PythonWorkerFactory> entry
                     : factories(env).entrySet()) {
-                int live = workers(entry.getValue(), "daemonWorkers").size()
-                    + workers(entry.getValue(), "simpleWorkers").size();
+                int live = 0;
+                for (String name : new String[] {"daemonWorkers", "simpleWorkers"}) {
+                    for (Object worker : workers(entry.getValue(), name)) {
+                        live += isLive(worker) ? 1 : 0;
+                    }
+                }
                 out.merge(workerModule(entry.getKey()), live, Integer::sum);
             }
         }
@@ -115,12 +122,17 @@ public final class PlannerWorkers {
         return (String) method.invoke(key);
     }
 
-    /** True when every worker the factory has handed out is back in its idle queue. */
+    /**
+     * True when every live worker the factory has handed out is back in its idle queue. A
+     * worker whose socket is closed is gone, not in use: Spark's idle monitor closes a worker
+     * idle for a minute and takes it off the queue, but it stays in the factory's weak map
+     * until a garbage collection; counted as busy, it kept its pool from ever being released.
+     */
     private static boolean allIdle(PythonWorkerFactory factory) throws ReflectiveOperationException {
         List<PythonWorker> idle = new ArrayList<>(CollectionConverters.asJava(factory.idleWorkers()));
         for (String name : new String[] {"daemonWorkers", "simpleWorkers"}) {
             for (Object worker : workers(factory, name)) {
-                if (!idle.contains(worker)) {
+                if (isLive(worker) && !idle.contains(worker)) {
                     return false;
                 }
             }
@@ -128,13 +140,25 @@ public final class PlannerWorkers {
         return true;
     }
 
+    /** False for a worker whose socket Spark closed (stopped, or closed by the idle monitor). */
+    private static boolean isLive(Object worker) {
+        return !(worker instanceof PythonWorker) || ((PythonWorker) worker).channel().isOpen();
+    }
+
     /** True when the factory has a daemon process or any worker to stop. */
     private static boolean hasProcesses(PythonWorkerFactory factory)
             throws ReflectiveOperationException {
         Field daemon = PythonWorkerFactory.class.getDeclaredField("daemon");
         daemon.setAccessible(true);
-        return daemon.get(factory) != null || !factory.idleWorkers().isEmpty()
-            || !workers(factory, "simpleWorkers").isEmpty();
+        if (daemon.get(factory) != null || !factory.idleWorkers().isEmpty()) {
+            return true;
+        }
+        for (Object worker : workers(factory, "simpleWorkers")) {
+            if (isLive(worker)) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** Empty the factory's map of workers {@code name}: called only once they are stopped. */
