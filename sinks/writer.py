@@ -30,13 +30,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractBufferedFile
 
-from orderedstream.core import objectstore, threads
+from orderedstream.core import lazys3, objectstore, threads
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.storage import is_local
 from orderedstream.core.workerheap import freeze_worker_heap
@@ -111,7 +110,7 @@ class ParquetFileWriter:
         self._seq = 0
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:
-        fs, root = fsspec.core.url_to_fs(self.options.path, **self.options.storage_options)
+        fs, root = lazys3.url_to_fs(self.options.path, self.options.storage_options)
         root = root.rstrip("/")
         open_files: dict[tuple[str, ...], _OpenFile] = {}
         opened: list[_OpenFile] = []
@@ -203,8 +202,8 @@ class ParquetFileWriter:
             part = max(_PART_BYTES, -(-self.options.target_file_bytes // _MAX_PARTS))
             path = f"{root}/{rel}"
             if objectstore.native(fs, path):  # one part: one obstore put; more: multipart
-                handle = objectstore.SmallObjectFile(
-                    fs, path, partial(fs.open, path, "wb", block_size=part))
+                handle = objectstore.SmallObjectFile(  # fs.open only for a second part
+                    fs, path, partial(_open_for_write, fs, path, part))
             else:
                 handle = fs.open(path, "wb", block_size=part)
             staged = StagedFile(handle, uploader, part)
@@ -254,6 +253,11 @@ class ParquetFileWriter:
                         partition=current.partition,
                         stats=None if current.stats is None else current.stats.to_delta(
                             current.rows))
+
+
+def _open_for_write(fs: Any, path: str, part: int) -> Any:
+    """An fsspec write handle uploading parts of ``part`` bytes (s3fs's multipart upload)."""
+    return fs.open(path, "wb", block_size=part)
 
 
 def _abandon(leftover: _OpenFile) -> None:

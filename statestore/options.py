@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import Any
 
-import fsspec
-
+from orderedstream.core import lazys3
 from orderedstream.core.errors import OptionError
 from orderedstream.statestore.base import Codec
 from orderedstream.statestore.codecs import PickleCodec, codec_by_name
@@ -50,7 +49,7 @@ class StateLocation:
     def filesystem(self) -> tuple[Any, str]:
         """``(fsspec filesystem, root path in that filesystem)``."""
         try:
-            fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            fs, root = lazys3.url_to_fs(self.url, self.storage_options)
         except (ImportError, ValueError) as exc:
             raise OptionError(f"cannot open state location {self.url!r}: {exc}") from exc
         return fs, root.rstrip("/")

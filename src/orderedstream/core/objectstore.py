@@ -44,11 +44,19 @@ _missing_logged = False
 
 def _settings(fs: Any) -> dict[str, Any] | None:
     """obstore ``S3Store`` keyword arguments equivalent to ``fs``'s, or None."""
+    if (type(fs).__module__.split(".")[0] != "s3fs"
+            and not getattr(type(fs), "native_s3_writes", False)):  # core.lazys3
+        return None
+    if getattr(fs, "version_aware", False):
+        return None
+    return settings_for(getattr(fs, "storage_options", {}) or {})
+
+
+def settings_for(options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """obstore ``S3Store`` keyword arguments equivalent to an s3fs filesystem's
+    ``options``, or None when obstore would not do exactly what s3fs does."""
     if os.environ.get("ORDEREDSTREAM_NATIVE_S3", "1") == "0":
         return None
-    if type(fs).__module__.split(".")[0] != "s3fs" or getattr(fs, "version_aware", False):
-        return None
-    options: Mapping[str, Any] = getattr(fs, "storage_options", {}) or {}
     client = dict(options.get("client_kwargs") or {})
     config = dict(options.get("config_kwargs") or {})
     if (set(options) - _UNDERSTOOD or set(client) - _CLIENT_UNDERSTOOD

@@ -1,0 +1,90 @@
+"""An S3 filesystem that imports s3fs at its first use beyond obstore's writes.
+
+Why: a Spark worker of the main job puts its output files and state through obstore
+(``core.objectstore``) and, once its state's local copy is current, reads nothing from S3. Yet
+``fsspec.core.url_to_fs`` imports s3fs (aiobotocore, botocore, aiohttp: 19 MiB of resident
+memory and 0.25 s of CPU per worker process) and its first request builds a botocore client
+(15 MiB and 0.1 s more). ``url_to_fs`` here returns, for a plain ``s3://`` or ``s3a://`` URL
+whose options obstore serves exactly, a ``LazyS3FileSystem``: obstore's puts read its options;
+anything else (a read, a listing, a multipart upload) creates the s3fs filesystem fsspec would
+have returned (the same cached instance) and goes to it. Other URLs, options obstore does not
+serve and ``ORDEREDSTREAM_NATIVE_S3=0`` get fsspec's own filesystem, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from orderedstream.core import objectstore
+
+
+class LazyS3FileSystem:
+    """Stands for ``fsspec.filesystem("s3", **storage_options)`` until something needs it.
+
+    Answers without s3fs only what obstore's write path asks (``protocol``,
+    ``storage_options``, ``_strip_protocol``, ``invalidate_cache``); every other attribute is
+    the s3fs filesystem's, created then. Pickles as its options."""
+
+    protocol = ("s3", "s3a")
+    root_marker = ""
+    sep = "/"
+    version_aware = False
+    native_s3_writes = True  # objectstore: the options are those of an s3fs filesystem
+
+    def __init__(self, storage_options: Mapping[str, Any]) -> None:
+        self.storage_options = dict(storage_options)
+        self._fs: Any = None
+
+    @property
+    def created(self) -> bool:
+        """Whether the s3fs filesystem exists (s3fs imported)."""
+        return self._fs is not None
+
+    def filesystem(self) -> Any:
+        """The s3fs filesystem these options stand for (created and cached at the first call)."""
+        if self._fs is None:
+            import fsspec
+
+            self._fs = fsspec.filesystem("s3", **self.storage_options)
+        return self._fs
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        """s3fs's: the path without ``s3://`` / ``s3a://`` and trailing slashes."""
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = str(path)
+        for proto in cls.protocol:
+            if path.startswith(proto + "://"):
+                path = path[len(proto) + 3:]
+            elif path.startswith(proto + "::"):
+                path = path[len(proto) + 2:]
+        return path.rstrip("/") or cls.root_marker
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        """s3fs's listing cache: nothing to drop before s3fs exists."""
+        if self._fs is not None:
+            self._fs.invalidate_cache(path)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_fs":
+            raise AttributeError(name)
+        return getattr(self.filesystem(), name)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (LazyS3FileSystem, (self.storage_options,))
+
+    def __repr__(self) -> str:
+        return f"LazyS3FileSystem(created={self.created})"
+
+
+def url_to_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """``fsspec.core.url_to_fs(url, **storage_options)``, lazy for S3 as the module says."""
+    options = dict(storage_options or {})
+    if (url.startswith(("s3://", "s3a://")) and "::" not in url and "?" not in url
+            and objectstore.settings_for(options) is not None):
+        return LazyS3FileSystem(options), LazyS3FileSystem._strip_protocol(url)
+    import fsspec
+
+    return fsspec.core.url_to_fs(url, **options)  # type: ignore[no-any-return]

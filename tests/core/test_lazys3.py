@@ -1,0 +1,99 @@
+"""S3 filesystems created only when needed (``core.lazys3``), against the real local S3
+(SeaweedFS): a worker that only writes (state commits, output files) never imports s3fs, and
+anything else gets the s3fs filesystem fsspec would have given."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import fsspec
+
+from orderedstream.core import lazys3, objectstore, storage
+from orderedstream.dev.services.s3 import S3Server
+from tests.fixtures import unique
+
+_WORKER = textwrap.dedent("""
+    import json, sys
+    import pyarrow as pa
+    from orderedstream.sinks.writer import FencedParquetOptions, write_parquet_files
+    from orderedstream.statestore import EMPTY_VERSION, StateLocation, StateStoreOptions
+    from orderedstream.statestore.ordered.state_access import RecordVersionIndex
+    from orderedstream.statestore.rocksdb.store import RocksDBStateStore
+
+    args = json.loads(sys.argv[1])
+    location = StateLocation(args["state"], storage_options=args["options"])
+    version, manifest, files = EMPTY_VERSION, None, []
+    for batch in range(3):  # as the ordered stage: versions named by the driver's records
+        index = RecordVersionIndex({(0, version): manifest} if manifest else {})
+        store = RocksDBStateStore(location, StateStoreOptions(local_dir=args["local"]),
+                                  index=index)
+        with store.open(0, version) as part:
+            part.put_many((f"k{i}", {"batch": batch, "i": i}) for i in range(200))
+            version, manifest = batch, part.commit(batch).manifest_path
+        table = pa.table({"k": [f"k{i}" for i in range(50)], "batch": [batch] * 50})
+        files += write_parquet_files(table.to_batches(), FencedParquetOptions(
+            path=args["output"], storage_options=args["options"]))
+    print(json.dumps({"s3fs": "s3fs" in sys.modules, "botocore": "botocore" in sys.modules,
+                      "files": [f.path for f in files], "version": version}))
+""")
+
+
+def test_a_worker_that_only_writes_never_imports_s3fs(s3: S3Server, tmp_path: Path) -> None:
+    base = s3.url(unique("lazy"))
+    args = {"state": f"{base}/state", "output": f"{base}/out", "local": str(tmp_path / "local"),
+            "options": s3.storage_options}
+    done = subprocess.run([sys.executable, "-c", _WORKER, json.dumps(args)], check=True,
+                          capture_output=True, text=True, timeout=120)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["s3fs"] is False and result["botocore"] is False, result
+    # what it wrote is there, read back through s3fs
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3.storage_options)
+    assert len(result["files"]) == 3
+    for path in result["files"]:
+        assert fs.cat_file(f"{base}/out/{path}")[:4] == b"PAR1"
+    assert fs.ls(f"{base}/state".removeprefix("s3://"))
+
+
+def test_reads_and_listings_go_to_the_s3fs_filesystem(s3: S3Server) -> None:
+    url = s3.url(unique("lazyread"))
+    fs, root = lazys3.url_to_fs(url + "/", s3.storage_options)
+    assert isinstance(fs, lazys3.LazyS3FileSystem) and not fs.created
+    assert root == url.removeprefix("s3://")
+    assert storage.create_exclusive(fs, f"{root}/a", b"one") is True  # obstore
+    assert storage.create_exclusive(fs, f"{root}/a", b"two") is False  # read back: s3fs
+    assert fs.created
+    assert fs.cat_file(f"{root}/a") == b"one"
+    assert [p.rsplit("/", 1)[1] for p in fs.ls(root)] == ["a"]
+    assert objectstore.put(fs, f"{root}/b", b"x") is True
+    assert fs.exists(f"{root}/b")  # the listing cache of the put path was dropped
+    # the same (cached) filesystem as fsspec's
+    assert fs.filesystem() is fsspec.filesystem("s3", **s3.storage_options)
+
+
+def test_pickles_as_its_options(s3: S3Server) -> None:
+    fs, _ = lazys3.url_to_fs(s3.url("x"), s3.storage_options)
+    fs.filesystem()
+    copy = pickle.loads(pickle.dumps(fs))
+    assert isinstance(copy, lazys3.LazyS3FileSystem) and not copy.created
+    assert copy.storage_options == fs.storage_options
+
+
+def test_what_obstore_does_not_serve_gets_fsspecs_filesystem(s3: S3Server,
+                                                              tmp_path: Path) -> None:
+    s3fs_type = type(fsspec.filesystem("s3", **s3.storage_options))
+    fs, _ = lazys3.url_to_fs(s3.url("x"), {**s3.storage_options, "version_aware": True})
+    assert type(fs) is s3fs_type
+    fs, root = lazys3.url_to_fs(f"file://{tmp_path}", {})
+    assert fs.protocol[0] == "file" and root == str(tmp_path)
+    os.environ["ORDEREDSTREAM_NATIVE_S3"] = "0"
+    try:
+        fs, _ = lazys3.url_to_fs(s3.url("x"), s3.storage_options)
+        assert type(fs) is s3fs_type
+    finally:
+        del os.environ["ORDEREDSTREAM_NATIVE_S3"]
