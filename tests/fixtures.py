@@ -18,6 +18,7 @@ import pytest
 from orderedstream.dev.services.kafka import KafkaBroker
 from orderedstream.dev.services.s3 import S3Server
 from orderedstream.dev.services.spark import SparkStandaloneCluster, local_spark_session
+from orderedstream.python_datasource.consumer_pool import POOL
 
 _counter = itertools.count()
 
@@ -43,6 +44,9 @@ def make_kafka(services_dir: Path) -> Iterator[Callable[..., KafkaBroker]]:
         return broker
 
     yield factory
+    # consumers this process keeps between reads would retry the stopped brokers at exit,
+    # logging a connection error each
+    POOL.clear()
     for broker in started:
         broker.kill()
 
