@@ -33,6 +33,7 @@ from typing import Any
 
 import fsspec
 
+from orderedstream.core import objectstore
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.errors import CorruptStateError, InvariantError, OptionError
 from orderedstream.core.storage import is_s3, read_object
@@ -158,11 +159,14 @@ class OrderedRetention:
         if not manifests:
             return
         paths = {f"{self.root}/{rel}": rel for rel in manifests}
-        for path in paths:
-            self.fs.invalidate_cache(path)
-        # On S3 one GET per manifest (s3fs would first HEAD each for its size).
-        single = {"max_concurrency": 1} if is_s3(self.fs) else {}
-        got = self.fs.cat(list(paths), on_error="return", **single)
+        # obstore where it serves the location: 8 concurrent GETs at 0.2 ms of CPU each
+        got: Mapping[str, Any] | None = objectstore.get_many(self.fs, list(paths))
+        if got is None:
+            for path in paths:
+                self.fs.invalidate_cache(path)
+            # On S3 one GET per manifest (s3fs would first HEAD each for its size).
+            single = {"max_concurrency": 1} if is_s3(self.fs) else {}
+            got = self.fs.cat(list(paths), on_error="return", **single)
         for path, rel in paths.items():
             raw = got.get(path)
             if raw is None:  # a filesystem that keys results differently: read it alone
@@ -182,14 +186,17 @@ class OrderedRetention:
                                             if e.remote is not None)
 
     def _listing(self) -> list[str]:
-        """Every object under the state location, relative to it (one recursive listing)."""
-        self.fs.invalidate_cache(self.root)
-        try:
-            paths = self.fs.find(self.root)
-        except FileNotFoundError:
-            return []
-        finally:
-            drop_listings(self.fs, self.root)  # never leave listings for others to trust
+        """Every object under the state location, relative to it (one recursive listing;
+        through obstore where it serves the location: no botocore XML parsing in Python)."""
+        paths = objectstore.find(self.fs, self.root)
+        if paths is None:
+            self.fs.invalidate_cache(self.root)
+            try:
+                paths = self.fs.find(self.root)
+            except FileNotFoundError:
+                return []
+            finally:
+                drop_listings(self.fs, self.root)  # never leave listings for others to trust
         prefix = self.root + "/"
         return [p[len(prefix):] for p in paths if p.startswith(prefix)
                 and p[len(prefix):].startswith("topic=")]

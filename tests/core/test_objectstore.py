@@ -99,3 +99,40 @@ def test_settings_obstore_cannot_honour_keep_s3fs(s3: S3Server,
     monkeypatch.setenv("ORDEREDSTREAM_NATIVE_S3", "0")
     assert not objectstore.native(_fs(s3), path)
     assert not objectstore.native(fsspec.filesystem("file"), "/tmp/x")
+
+
+def test_get_many_reads_every_object_and_names_the_missing_ones(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs = _fs(s3)
+    base = f"{s3.bucket}/{unique('many')}"
+    paths = [f"{base}/m{i:02d}" for i in range(20)]
+    for i, path in enumerate(paths):
+        fs.pipe_file(path, f"content-{i}".encode())
+    missing = f"s3://{base}/missing"
+    got = objectstore.get_many(fs, [*paths, missing])
+    assert got is not None
+    assert [got[p] for p in paths] == [f"content-{i}".encode() for i in range(20)]
+    assert isinstance(got[missing], FileNotFoundError) and missing in str(got[missing])
+    elsewhere = f"no-such-bucket-{unique('b')}/k"
+    failed = objectstore.get_many(fs, [elsewhere])
+    assert failed is not None and isinstance(failed[elsewhere], OSError)
+    assert f"s3://{elsewhere}" in str(failed[elsewhere])
+    assert objectstore.get_many(fs, []) == {}
+    monkeypatch.setenv("ORDEREDSTREAM_NATIVE_S3", "0")
+    assert objectstore.get_many(fs, paths) is None  # the caller reads with s3fs
+
+
+def test_find_lists_by_path_segments_like_s3fs(s3: S3Server) -> None:
+    fs = _fs(s3)
+    base = f"{s3.bucket}/{unique('find')}"
+    for rel in ("a/b/x", "a/b/c/y", "a/bc/z", "a/b"):
+        fs.pipe_file(f"{base}/{rel}", b"1")
+    fs.pipe_file(f"{base}/a/b/many/0", b"1")
+    for i in range(1, 1205):  # more than one page of a listing
+        objectstore.put(fs, f"{base}/a/b/many/{i}", b"1")
+    found = objectstore.find(fs, f"s3://{base}/a/b/")
+    assert found is not None
+    assert sorted(found) == sorted(fs.find(f"{base}/a/b"))
+    assert {f"{base}/a/b/x", f"{base}/a/b/c/y"} <= set(found)
+    assert f"{base}/a/bc/z" not in found and len(found) == 2 + 1205
+    assert objectstore.find(fs, f"{base}/nothing-here") == []

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
+
+from orderedstream.core import threads
 
 _log = logging.getLogger(__name__)
 
@@ -165,6 +167,69 @@ def put(fs: Any, path: str, data: bytes | str, *, create: bool = False) -> bool 
     finally:
         fs.invalidate_cache(f"{bucket}/{key}")
     return True
+
+
+def get_many(fs: Any, paths: Sequence[str], *,
+             workers: int = 8) -> dict[str, bytes | OSError] | None:
+    """The contents of the small objects ``paths`` of ``fs``, read through obstore by
+    ``workers`` threads: path -> bytes, or the error (``FileNotFoundError`` when absent, else
+    an ``OSError`` naming the ``s3://`` URL). None when the obstore path is not available for
+    every path (the caller reads with ``fs``).
+
+    Why: the driver's state retention reads the manifests of every batch since the previous
+    run (12 partitions x 10 batches in the small-batch case). Through s3fs that took 2.8 ms a
+    manifest, 335 ms per run, all inside the batch that ran it."""
+    if not paths:
+        return {}
+    located = {path: _split(fs, path) for path in paths}
+    stores: dict[str, Any] = {}
+    for bucket, _ in located.values():
+        if bucket not in stores:
+            store = _store(fs, bucket)
+            if store is None:
+                return None
+            stores[bucket] = store
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    def read(path: str) -> bytes | OSError:
+        bucket, key = located[path]
+        try:
+            return bytes(obstore.get(stores[bucket], key).bytes())
+        except (FileNotFoundError, NotFoundError) as exc:  # obstore raises the former
+            missing = FileNotFoundError(f"s3://{bucket}/{key} does not exist")
+            missing.__cause__ = exc
+            return missing
+        except Exception as exc:  # noqa: BLE001 - obstore's errors, returned as the pack's OSError
+            failed = OSError(f"S3 get of s3://{bucket}/{key} failed: {exc}")
+            failed.__cause__ = exc
+            return failed
+
+    if len(paths) == 1:
+        return {paths[0]: read(paths[0])}
+    with threads.lend("objectstore-get", workers) as pool:
+        return dict(zip(paths, pool.map(read, paths), strict=True))
+
+
+def find(fs: Any, path: str) -> list[str] | None:
+    """Every object under ``path`` of ``fs`` (recursive; ``bucket/key`` as s3fs's ``find``
+    gives them; [] when there is none), listed through obstore; None when the obstore path
+    is not available (the caller lists with ``fs``). Path segments, as s3fs: ``a/b`` lists
+    ``a/b/x``, not ``a/bc``."""
+    bucket, key = _split(fs, path)
+    store = _store(fs, bucket)
+    if store is None:
+        return None
+    import obstore
+
+    prefix = key.strip("/") or None
+    found: list[str] = []
+    try:
+        for chunk in obstore.list(store, prefix, chunk_size=1000):
+            found.extend(f"{bucket}/{meta['path']}" for meta in chunk)
+    except Exception as exc:  # noqa: BLE001 - obstore's errors, re-raised as the pack's OSError
+        raise OSError(f"S3 listing of s3://{bucket}/{prefix or ''} failed: {exc}") from exc
+    return found
 
 
 class SmallObjectFile:

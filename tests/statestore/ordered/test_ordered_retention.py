@@ -13,12 +13,18 @@ import pyarrow.compute as pc
 import pytest
 from pyspark import cloudpickle
 
+from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.errors import CorruptStateError, OptionError, StateNotFoundError
 from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
 from orderedstream.dev.services.spark import s3a_conf
 from orderedstream.statestore.manifest import read_manifest
 from orderedstream.statestore.ordered import OrderedStateful, RetentionPolicy
-from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit
+from orderedstream.statestore.ordered.plan import (
+    BatchPlan,
+    PartitionBase,
+    PartitionCommit,
+    extra_for,
+)
 from orderedstream.statestore.ordered.retention import OrderedRetention
 from orderedstream.statestore.ordered.runner import OrderedTask
 from orderedstream.statestore.ordered.state_access import open_store
@@ -212,3 +218,19 @@ def test_retention_options_are_checked_and_generic_cleanup_is_refused(tmp_path) 
     # The generic retention would only know the versions handed to the store: refused.
     with pytest.raises(OptionError, match="cleanup_state"):
         open_store(proc.options, "t", {(0, 3): "p=0/manifests/3-x.json"}).cleanup(0)
+
+
+def test_a_retained_manifest_removed_by_hand_stops_cleanup_naming_it(s3, s3_url) -> None:  # type: ignore[no-untyped-def]
+    log = CommitLog(f"{s3_url}/out", s3.storage_options)
+    epoch = log.claim_epoch("retention-test")
+    manifest = "p=0/manifests/0-gone.json"
+    log.commit(0, epoch, [], extra=extra_for({"t/0": PartitionBase(version=0, manifest=manifest)},
+                                             0, []))
+    kept = f"{s3_url}/state/topic=t/p=0/files/keep.sst"
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3.storage_options)
+    fs.pipe_file(kept, b"sst")
+    retention = OrderedRetention(log, f"{s3_url}/state", s3.storage_options)
+    with pytest.raises(CorruptStateError, match=rf"topic=t/{manifest} is named by a retained "
+                                                r"commit record .* cannot be read"):
+        retention.run(keep_batches=1)
+    assert fs.exists(kept)  # nothing deleted
