@@ -66,9 +66,11 @@ def test_reads_and_listings_go_to_the_s3fs_filesystem(s3: S3Server) -> None:
     assert isinstance(fs, lazys3.LazyS3FileSystem) and not fs.created
     assert root == url.removeprefix("s3://")
     assert storage.create_exclusive(fs, f"{root}/a", b"one") is True  # obstore
-    assert storage.create_exclusive(fs, f"{root}/a", b"two") is False  # read back: s3fs
+    assert storage.create_exclusive(fs, f"{root}/a", b"two") is False  # read back: obstore
+    assert storage.read_object(fs, f"{root}/a") == b"one"
+    assert not fs.created
+    assert fs.cat_file(f"{root}/a") == b"one"  # s3fs
     assert fs.created
-    assert fs.cat_file(f"{root}/a") == b"one"
     assert [p.rsplit("/", 1)[1] for p in fs.ls(root)] == ["a"]
     assert objectstore.put(fs, f"{root}/b", b"x") is True
     assert fs.exists(f"{root}/b")  # the listing cache of the put path was dropped

@@ -64,9 +64,17 @@ def is_local(fs: Any) -> bool:
 def read_object(fs: Any, path: str) -> bytes:
     """The whole content of a small object (a log entry, a manifest); FileNotFoundError when
     absent. On S3 one GET: s3fs's ``cat_file`` otherwise asks for the size first (a HEAD, and
-    a LIST when the key is missing) to decide on a multipart download."""
+    a LIST when the key is missing) to decide on a multipart download. Through obstore where
+    it serves the filesystem (``objectstore``: 0.2 ms of CPU instead of about 1 ms, and a worker
+    whose filesystem is lazy does not import s3fs for it)."""
     if is_s3(fs):
-        return bytes(fs.cat_file(path, max_concurrency=1))
+        got = objectstore.get_many(fs, [path])
+        if got is None:
+            return bytes(fs.cat_file(path, max_concurrency=1))
+        content = got[path]
+        if isinstance(content, OSError):
+            raise content
+        return content
     return bytes(fs.cat_file(path))
 
 
