@@ -1,5 +1,6 @@
-"""S3 writes of the per-batch hot path through obstore (Rust ``object_store``), when the fsspec
-S3 filesystem's settings map onto it exactly; otherwise the caller keeps using s3fs.
+"""S3 requests of the per-batch hot path through obstore (Rust ``object_store``), when the
+fsspec S3 filesystem's settings map onto it exactly; otherwise the caller keeps using s3fs.
+Writes (``put``, ``SmallObjectFile``), small reads (``get_many``) and listings (``find``).
 
 Why: every committed Kafka partition puts a few small objects per batch (its output files,
 its state's new SST or change log, its manifest). Through s3fs each put costs about 1.0-1.1 ms
