@@ -118,8 +118,12 @@ def test_get_many_reads_every_object_and_names_the_missing_ones(
     assert failed is not None and isinstance(failed[elsewhere], OSError)
     assert f"s3://{elsewhere}" in str(failed[elsewhere])
     assert objectstore.get_many(fs, []) == {}
+    assert objectstore.get(fs, paths[3]) == b"content-3"  # one object: the same answers
+    with pytest.raises(FileNotFoundError, match=missing):
+        objectstore.get(fs, missing)
     monkeypatch.setenv("ORDEREDSTREAM_NATIVE_S3", "0")
     assert objectstore.get_many(fs, paths) is None  # the caller reads with s3fs
+    assert objectstore.get(fs, paths[3]) is None
 
 
 def test_find_lists_by_path_segments_like_s3fs(s3: S3Server) -> None:

@@ -1,6 +1,7 @@
 """S3 requests of the per-batch hot path through obstore (Rust ``object_store``), when the
 fsspec S3 filesystem's settings map onto it exactly; otherwise the caller keeps using s3fs.
-Writes (``put``, ``SmallObjectFile``), small reads (``get_many``) and listings (``find``).
+Writes (``put``, ``SmallObjectFile``), small reads (``get``, ``get_many``) and listings
+(``find``).
 
 Why: every committed Kafka partition puts a few small objects per batch (its output files,
 its state's new SST or change log, its manifest). Through s3fs each put costs about 1.0-1.1 ms
@@ -170,12 +171,33 @@ def put(fs: Any, path: str, data: bytes | str, *, create: bool = False) -> bool 
     return True
 
 
+def _get(store: Any, bucket: str, key: str) -> bytes:
+    """One GET; ``FileNotFoundError`` when absent, else an ``OSError`` naming the URL."""
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    try:
+        return bytes(obstore.get(store, key).bytes())
+    except (FileNotFoundError, NotFoundError) as exc:  # obstore raises the former
+        raise FileNotFoundError(f"s3://{bucket}/{key} does not exist") from exc
+    except Exception as exc:  # noqa: BLE001 - obstore's errors, re-raised as the pack's OSError
+        raise OSError(f"S3 get of s3://{bucket}/{key} failed: {exc}") from exc
+
+
+def get(fs: Any, path: str) -> bytes | None:
+    """The content of the small object ``path`` of ``fs``, one GET through obstore; None when
+    the obstore path is not available (the caller reads with ``fs``). ``FileNotFoundError``
+    when absent, else an ``OSError`` naming the ``s3://`` URL."""
+    bucket, key = _split(fs, path)
+    store = _store(fs, bucket)
+    return None if store is None else _get(store, bucket, key)
+
+
 def get_many(fs: Any, paths: Sequence[str], *,
              workers: int = 8) -> dict[str, bytes | OSError] | None:
     """The contents of the small objects ``paths`` of ``fs``, read through obstore by
-    ``workers`` threads: path -> bytes, or the error (``FileNotFoundError`` when absent, else
-    an ``OSError`` naming the ``s3://`` URL). None when the obstore path is not available for
-    every path (the caller reads with ``fs``).
+    ``workers`` threads: path -> bytes, or the error ``get`` would raise. None when the
+    obstore path is not available for every path (the caller reads with ``fs``).
 
     Why: the driver's state retention reads the manifests of every batch since the previous
     run (12 partitions x 10 batches in the small-batch case). Through s3fs that took 2.8 ms a
@@ -190,24 +212,14 @@ def get_many(fs: Any, paths: Sequence[str], *,
             if store is None:
                 return None
             stores[bucket] = store
-    import obstore
-    from obstore.exceptions import NotFoundError
 
     def read(path: str) -> bytes | OSError:
         bucket, key = located[path]
         try:
-            return bytes(obstore.get(stores[bucket], key).bytes())
-        except (FileNotFoundError, NotFoundError) as exc:  # obstore raises the former
-            missing = FileNotFoundError(f"s3://{bucket}/{key} does not exist")
-            missing.__cause__ = exc
-            return missing
-        except Exception as exc:  # noqa: BLE001 - obstore's errors, returned as the pack's OSError
-            failed = OSError(f"S3 get of s3://{bucket}/{key} failed: {exc}")
-            failed.__cause__ = exc
-            return failed
+            return _get(stores[bucket], bucket, key)
+        except OSError as exc:
+            return exc
 
-    if len(paths) == 1:
-        return {paths[0]: read(paths[0])}
     with threads.lend("objectstore-get", workers) as pool:
         return dict(zip(paths, pool.map(read, paths), strict=True))
 

@@ -68,13 +68,8 @@ def read_object(fs: Any, path: str) -> bytes:
     it serves the filesystem (``objectstore``: 0.2 ms of CPU instead of about 1 ms, and a worker
     whose filesystem is lazy does not import s3fs for it)."""
     if is_s3(fs):
-        got = objectstore.get_many(fs, [path])
-        if got is None:
-            return bytes(fs.cat_file(path, max_concurrency=1))
-        content = got[path]
-        if isinstance(content, OSError):
-            raise content
-        return content
+        content = objectstore.get(fs, path)
+        return bytes(fs.cat_file(path, max_concurrency=1)) if content is None else content
     return bytes(fs.cat_file(path))
 
 
