@@ -77,12 +77,12 @@ def _small_batches(broker: Any, reader: str, batch: int, count: int) -> None:
               f"{sorted(times)[int(0.9 * (len(times) - 1))]:.2f} ms per range "
               f"(consumers created {created}, reused {reused}, replaced {replaced})")
     # Two workers taking a partition in turns: each range starts where the other worker's
-    # stopped, so this worker's pooled consumer stopped elsewhere, idle for a moment between
-    # batches (its long-poll fetch waiting at the broker).
+    # stopped, so this worker's pooled consumer stopped elsewhere ("moved": assigned there),
+    # idle for a moment between batches.
     options = parse_options({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": "profile",
                              "reader": reader}, streaming=False)
     POOL.clear()
-    replaced_before = POOL.stats.replaced  # the stats count since the worker started
+    moved_before, replaced_before = POOL.stats.moved, POOL.stats.replaced  # since start
     times = []
     for i in range(count // 2):
         started = time.perf_counter()
@@ -91,7 +91,8 @@ def _small_batches(broker: Any, reader: str, batch: int, count: int) -> None:
         times.append((time.perf_counter() - started) * 1000)
         time.sleep(0.1)
     print(f"{reader:>6}, pool on, every other range (another worker read the one between): "
-          f"median {statistics.median(times[1:]):.2f} ms per range (replaced "
+          f"median {statistics.median(times[1:]):.2f} ms per range (idle consumer assigned "
+          f"there {POOL.stats.moved - moved_before} times, replaced "
           f"{POOL.stats.replaced - replaced_before})")
     POOL.clear()
 

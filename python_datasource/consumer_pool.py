@@ -3,24 +3,34 @@
 Spark reuses Python workers, so a task of batch N+1 often runs where the task of batch N read
 the same partition. Like Spark's ``KafkaDataConsumer`` cache, consumers are pooled by client
 configuration (cluster and security settings, secrets included, held in memory only), topic
-and partition: a reader takes the idle consumer of its key, which keeps its broker
-connections, metadata and prefetched records, when the range starts exactly where that
-consumer's delivery stopped. Otherwise (another worker read the ranges in between, or a batch
-is replayed) the idle consumer is replaced by a new one, not re-positioned: librdkafka starts a
-seek's fetch only once the consumer's outstanding fetch returns, and an idle consumer at the
-end of the log has one waiting at the broker for ``fetch.wait.max.ms`` (500 ms): a seek took
-454 ms there against 10.5 ms for a new consumer (``benchmarks/results/20261125-s11/``;
-``benchmarks/profile_source_reader.py`` measures the case). A
-consumer that failed is closed, never pooled. The pool is bounded (least recently used closed
-first) and consumers idle longer than the timeout are closed by a daemon thread.
+and partition; a pooled consumer keeps its broker connections and metadata (a new consumer
+costs about 10 ms). A consumer that failed is closed, never pooled. The pool is bounded (least
+recently used closed first) and consumers idle longer than the timeout are closed by a daemon
+thread.
 
-Memory: an idle consumer keeps prefetching up to librdkafka's queue bound
-(``queued.max.messages.kbytes``: 64 MiB per consumer by default here, lowered with
-``kafka.queued.max.messages.kbytes``), so the next batch's records are usually in memory already
-(a range of 100 records then takes well under a millisecond instead of a new consumer's tens of
-milliseconds, ``benchmarks/profile_source_reader.py``). The pool's worst case is therefore
-``kafkaConsumer.cacheCapacity`` times that bound; 0 turns pooling off. (Pausing idle consumers
-was measured: librdkafka's resume then waits ``fetch.wait.max.ms``, 500 ms per range.)
+How a consumer waits in the pool depends on what follows its range in the log:
+
+- Near the log end (at most ``REFETCH_RECORDS`` records after it, the usual case of a stream
+  that keeps up) it is *unassigned*: librdkafka fetches nothing for it. Left assigned, a
+  consumer at the log end keeps a fetch waiting at the broker and sends the next as soon as
+  one returns, every ``fetch.wait.max.ms`` (the main job sets 50 ms). In the small-batch
+  benchmark (12 partitions, two workers) those idle fetches took 40-55% of a core of the
+  broker, 20-25% with idle consumers unassigned (``benchmarks/results/20261125-s13/``). A
+  reader takes it wherever its last range stopped (another worker may have read the ranges in
+  between, or a batch is replayed) and assigns it at the range's start: not a seek, nothing
+  of its own is in flight once it has been idle for ``fetch.wait.max.ms``.
+- With a backlog after its range (catching up) it stays *assigned* and keeps prefetching, up
+  to librdkafka's queue bound (``queued.max.messages.kbytes``: 64 MiB per consumer by default
+  here), so the next range's records are in memory already (a range of 100 records then takes
+  well under a millisecond, ``benchmarks/profile_source_reader.py``). It is taken only by a
+  range that starts exactly where its delivery stopped; otherwise it is replaced by a new
+  consumer, not re-positioned: librdkafka starts a seek's fetch only once the consumer's
+  outstanding fetch returns (a seek took 454 ms against 10.5 ms for a new consumer,
+  ``benchmarks/results/20261125-s11/``).
+
+The pool's memory is therefore at most ``kafkaConsumer.cacheCapacity`` times that queue bound,
+reached only while catching up; 0 turns pooling off. (Pausing idle consumers was measured
+too: librdkafka's resume then waited for the outstanding fetch, up to 1 s.)
 """
 
 from __future__ import annotations
@@ -37,6 +47,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+REFETCH_RECORDS = 10_000
+"""A released consumer with at most this many records after its range in the log (as its last
+fetch saw the log's end) is unassigned: it has fetched or soon fetches them all and would then
+keep a fetch waiting at the broker; a reader reusing it fetches them again."""
+
+
 def _idle_error(err: Any) -> None:
     """``error_cb`` of an idle consumer (no secrets: librdkafka's error texts name brokers)."""
     log.debug("orderedkafka: idle pooled consumer: %s", err)
@@ -46,6 +62,7 @@ def _idle_error(err: Any) -> None:
 class _Idle:
     consumer: Any
     next_offset: int  # the offset it delivers next without a seek; -1: unknown (seek)
+    assigned: bool  # still fetching ahead (a backlog); else unassigned: fetching nothing
     since: float = field(default_factory=time.monotonic)
 
 
@@ -55,9 +72,12 @@ class PoolStats:
 
     created: int = 0
     reused: int = 0
+    moved: int = 0
+    """Reused consumers whose last range stopped elsewhere than the new range's start (counted
+    in ``reused`` too)."""
     replaced: int = 0
-    """Idle consumers of the key that stopped elsewhere than the range's start, closed for a
-    new one (counted in ``created`` and ``closed`` too)."""
+    """Idle consumers of the key that could not be assigned again, closed for a new one
+    (counted in ``created`` and ``closed`` too)."""
     closed: int = 0
 
 
@@ -81,14 +101,25 @@ class ConsumerPool:
         self._evict(time.monotonic())
 
     def acquire(self, key: Hashable, start: int, factory: Callable[[], Any]) -> Any:
-        """An assigned consumer positioned at ``start``: the pooled one of ``key`` when its
-        delivery stopped exactly there, else a new one (a pooled one stopped elsewhere is
-        closed: see the module's note on seeks)."""
+        """A consumer assigned at ``start``: the pooled one of ``key`` when it still fetches
+        ahead from exactly there (its prefetched records serve the range) or is unassigned
+        (assigning it is not a seek: nothing of its own is in flight); else a new one (a
+        consumer fetching ahead from elsewhere is closed: see the module's note on seeks)."""
         with self._lock:
             idle = self._idle.pop(key, None)
-        if idle is not None and idle.next_offset == start:
+        if idle is not None and idle.assigned and idle.next_offset == start:
             self.stats.reused += 1
             return idle.consumer
+        if idle is not None and not idle.assigned:
+            try:
+                idle.consumer.assign(start)
+            except Exception as exc:  # noqa: BLE001 - a broken idle consumer: a new one
+                log.debug("orderedkafka: assigning a pooled consumer again failed (%s)",
+                          type(exc).__name__)
+            else:
+                self.stats.reused += 1
+                self.stats.moved += idle.next_offset != start
+                return idle.consumer
         if idle is not None:
             self.stats.replaced += 1
             self._close(idle.consumer)
@@ -103,14 +134,26 @@ class ConsumerPool:
 
     def release(self, key: Hashable, consumer: Any, next_offset: int) -> None:
         """Returns a consumer that finished its range cleanly; ``next_offset`` is the offset
-        it would deliver next (-1 when unknown)."""
+        it would deliver next (-1 when unknown). It stays assigned only while more than
+        ``REFETCH_RECORDS`` records follow in the log (catching up: the records it prefetched
+        serve the next range); near the log end it is unassigned (module note)."""
         if self.capacity <= 0:
+            self._close(consumer)
+            return
+        try:
+            high = consumer.cached_high()
+            assigned = next_offset >= 0 and high - next_offset > REFETCH_RECORDS
+            if not assigned:
+                consumer.unassign()
+        except Exception as exc:  # noqa: BLE001 - not pooled then
+            log.debug("orderedkafka: a consumer could not be made idle (%s); closed",
+                      type(exc).__name__)
             self._close(consumer)
             return
         consumer.errors = _idle_error  # no reader to tell: a broker restart is not news
         with self._lock:
             previous = self._idle.pop(key, None)
-            self._idle[key] = _Idle(consumer, next_offset)
+            self._idle[key] = _Idle(consumer, next_offset, assigned)
         if previous is not None:
             self._close(previous.consumer)
         self._evict(time.monotonic())

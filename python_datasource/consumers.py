@@ -164,6 +164,18 @@ class PythonConsumer:
 
         self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
 
+    def unassign(self) -> None:
+        """Stops fetching (an idle pooled consumer asks the broker nothing)."""
+        self._consumer.unassign()
+
+    def cached_high(self) -> int:
+        """The log end the last fetch response reported (no request; < 0: not known)."""
+        return int(self._consumer.get_watermark_offsets(self._tp, cached=True)[1])
+
+    def assigned(self) -> bool:
+        """Whether the partition is assigned (fetched from) now."""
+        return bool(self._consumer.assignment())
+
     def watermarks(self, timeout_s: float) -> tuple[int, int]:
         low, high = self._consumer.get_watermark_offsets(self._tp, timeout=timeout_s,
                                                          cached=False)
@@ -258,6 +270,20 @@ class NativeConsumer:
     def assign(self, offset: int) -> None:
         _raise_on(self._consumer.assign(self.topic, self.partition, offset), "assign")
         self._eof_bump = None
+
+    def unassign(self) -> None:
+        """Stops fetching (an idle pooled consumer asks the broker nothing)."""
+        _raise_on(self._consumer.unassign(), "unassign")
+        self._eof_bump = None
+
+    def cached_high(self) -> int:
+        """The log end the last fetch response reported (no request; < 0: not known)."""
+        code, _, high = self._consumer.cached_watermarks(self.topic, self.partition)
+        return -1 if code else int(high)
+
+    def assigned(self) -> bool:
+        """Whether the partition is assigned (fetched from) now."""
+        return bool(self._consumer.assigned_count())
 
     def watermarks(self, timeout_s: float) -> tuple[int, int]:
         code, text, low, high = self._consumer.watermarks(self.topic, self.partition,

@@ -368,6 +368,41 @@ impl Consumer {
         }))
     }
 
+    /// Drops the assignment (librdkafka stops fetching: an idle pooled consumer asks the
+    /// broker nothing); returns librdkafka's error code (0: none).
+    fn unassign(&mut self, py: Python<'_>) -> PyResult<i32> {
+        let rk = Raw(self.handle()?);
+        Ok(py.allow_threads(move || unsafe {
+            let rk = rk;
+            rd::rd_kafka_assign(rk.0, ptr::null_mut()) as i32
+        }))
+    }
+
+    /// Partitions assigned now (0 after `unassign`).
+    fn assigned_count(&mut self) -> PyResult<i32> {
+        let rk = self.handle()?;
+        let mut list: *mut rd::rd_kafka_topic_partition_list_t = ptr::null_mut();
+        unsafe {
+            let err = rd::rd_kafka_assignment(rk, &mut list);
+            if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR || list.is_null() {
+                return Err(PyRuntimeError::new_err(format!("assignment failed ({})", err_name(err as i32))));
+            }
+            let n = (*list).cnt;
+            rd::rd_kafka_topic_partition_list_destroy(list);
+            Ok(n)
+        }
+    }
+
+    /// (error code, low, high) of the partition as the last fetch response told them (no
+    /// request; -1001 when not known yet).
+    fn cached_watermarks(&mut self, topic: &str, partition: i32) -> PyResult<(i32, i64, i64)> {
+        let rk = self.handle()?;
+        let name = CString::new(topic).map_err(|_| PyValueError::new_err("topic name has a NUL byte"))?;
+        let (mut low, mut high) = (-1001i64, -1001i64);
+        let err = unsafe { rd::rd_kafka_get_watermark_offsets(rk, name.as_ptr(), partition, &mut low, &mut high) };
+        Ok((err as i32, low, high))
+    }
+
     /// (error code, low, high) of the partition, asked from the broker.
     fn watermarks(&mut self, py: Python<'_>, topic: &str, partition: i32, timeout_ms: i32) -> PyResult<(i32, String, i64, i64)> {
         let rk = Raw(self.handle()?);
