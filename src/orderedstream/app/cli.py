@@ -40,7 +40,8 @@ def _run(args: argparse.Namespace) -> int:
                       state_location=args.state, checkpoint=args.checkpoint,
                       topic_pattern=args.topic_pattern, storage_options=storage,
                       max_offsets_per_trigger=args.max_offsets_per_trigger, trigger=args.trigger,
-                      idle_timeout=args.idle_timeout, output_format=args.output_format)
+                      idle_timeout=args.idle_timeout, output_format=args.output_format,
+                      state_snapshots=args.state_snapshots)
     # Checks (Kafka, locations), progress, restarts, errors reason first: app/run_cli.py.
     return run_job(args, opts)
 
@@ -106,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                      help="output table format: delta (a Delta Lake table, one Delta commit per "
                           "batch, read by Spark/DuckDB/Polars/Trino; default) or parquet (the "
                           "fenced Parquet table)")
+    run.add_argument("--state-snapshots", choices=("changelog", "checkpoint"),
+                     default="changelog",
+                     help="how each batch saves a partition's state: changelog (the batch's "
+                          "writes as one log, a full RocksDB checkpoint every 10th batch; "
+                          "default) or checkpoint (a RocksDB checkpoint every batch)")
     run.add_argument("--progress-every", type=float, default=10.0,
                      help="seconds between progress lines when the output is not a terminal "
                           "(seconds; default: 10)")

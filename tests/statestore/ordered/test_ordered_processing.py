@@ -223,6 +223,30 @@ def test_replay_after_a_crash_commits_output_and_state_exactly_once(spark, kafka
         assert set(chains.values()) == {True}, chains  # batch 1: a log
 
 
+def test_state_written_as_checkpoints_and_as_logs_reads_back_across_a_mode_switch(
+        spark, kafka, topic, s3, s3_url, tmp_path) -> None:
+    """The main job's default moved to changelog snapshots: a job restarted with the other
+    mode (``orderedstream run --state-snapshots``) continues from the state the first wrote,
+    both ways, and ends with the state of a run that never switched."""
+    name = topic(partitions=2)
+    ends = _produce_sequences(kafka, name, keys=200, per_key=40)
+    quarters = [{p: (e * i // 4, e * (i + 1) // 4) for p, e in ends.items()} for i in range(4)]
+    modes = [{}, {"changelog": True}, {"changelog": True}, {}]
+    for batch, mode in enumerate(modes):  # a new processor per batch: a restarted job
+        proc = _processor(s3, s3_url, check_order, ORDER_SCHEMA, tmp_path, mode)
+        result = proc.process_batch(kafka_batch(spark, kafka.bootstrap, name, quarters[batch]),
+                                    batch)
+        logs = {c.metrics["state"]["changelog"] for c in result.commits}
+        assert logs == {batch in (1, 2)}, (batch, logs)  # the log mode's batches wrote logs
+    out = proc.table().to_arrow()
+    assert out.num_rows == sum(ends.values()) and pc.sum(out["violation"]).as_py() == 0
+    steady = _processor(s3, f"{s3_url}-steady", check_order, ORDER_SCHEMA, tmp_path / "steady")
+    for batch in range(4):
+        steady.process_batch(kafka_batch(spark, kafka.bootstrap, name, quarters[batch]), batch)
+    for partition in ends:
+        assert dict(proc.read_state(name, partition)) == dict(steady.read_state(name, partition))
+
+
 @pytest.mark.parametrize("emit", ["records", "ranges"])
 def test_streaming_query_on_orderedkafka_with_a_restart(spark, kafka, topic, s3, s3_url,
                                                         tmp_path, emit) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from orderedstream.app.job.figures import OBSERVED_NAME, observe_input
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
+from orderedstream.core.errors import OptionError
 from orderedstream.core.jvm import (
     CHECKPOINT_MANAGER_CONF,
     local_checkpoint_manager,
@@ -55,6 +56,13 @@ class JobOptions:
     reader's check of a range's early end, e.g. a trailing transaction marker) waits for that
     fetch first: 450-500 ms on about one range in four of the small-batch benchmark with the
     default. Idle pooled consumers then ask the broker every this many ms."""
+    state_snapshots: Literal["changelog", "checkpoint"] = "changelog"
+    """How a batch saves each Kafka partition's state to ``state_location``: ``changelog``
+    uploads the batch's writes as one log and a full RocksDB checkpoint every 10th version of
+    the partition (a restore replays at most 9 logs; Spark's RocksDB changelog checkpointing);
+    ``checkpoint`` uploads a checkpoint's new SST files every batch. Either reads state the
+    other wrote. A partition's state commit in the small-batch benchmark: 14-16 ms with logs,
+    18-19 ms with checkpoints (``benchmarks/results/20261125-s13/``)."""
     query_name: str = "sessions"
     output_format: Literal["delta", "parquet"] = "delta"
     """``delta``: a Delta Lake table, one Delta commit per batch (any Delta reader sees exactly
@@ -70,7 +78,16 @@ def make_processor(opts: JobOptions) -> Any:
         writer_id=opts.query_name, writer_options={"partitionBy": list(PARTITION_BY)},
         columns=["key", "value", "topic", "partition", "offset", "timestamp"],
         checkpoint_location=opts.checkpoint, kafka_options=_kafka_options(opts),
-        output_format=opts.output_format)
+        output_format=opts.output_format,
+        store_options={"changelog": _changelog(opts.state_snapshots)})
+
+
+def _changelog(mode: str) -> bool:
+    if mode not in ("changelog", "checkpoint"):
+        raise OptionError(f"state_snapshots={mode!r}: 'changelog' (a log of each batch's "
+                          "writes, a full checkpoint every 10th version) or 'checkpoint' (a "
+                          "RocksDB checkpoint every batch) is accepted")
+    return mode == "changelog"
 
 
 def _kafka_options(opts: JobOptions) -> dict[str, str]:
