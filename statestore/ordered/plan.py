@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from orderedstream.core.datafile import DataFile
@@ -98,7 +98,8 @@ class PartitionCommit:
     metrics: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        data = asdict(self)
+        # Field by field: asdict deep-copies ``files`` and ``metrics`` only to be read.
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["files"] = list(self.files)
         return json.dumps(data, sort_keys=True)
 
