@@ -55,7 +55,9 @@ class JobOptions:
     keeps a fetch waiting at the broker for this long, and a reader that re-assigns it (the
     reader's check of a range's early end, e.g. a trailing transaction marker) waits for that
     fetch first: 450-500 ms on about one range in four of the small-batch benchmark with the
-    default. Idle pooled consumers then ask the broker every this many ms."""
+    default. A consumer pooled with a backlog after its range (catching up) asks the broker
+    every this many ms once it has prefetched to the log end; near the log end a pooled
+    consumer is unassigned and asks nothing (``python_datasource.consumer_pool``)."""
     state_snapshots: Literal["changelog", "checkpoint"] = "changelog"
     """How a batch saves each Kafka partition's state to ``state_location``: ``changelog``
     uploads the batch's writes as one log and a full RocksDB checkpoint every 10th version of
