@@ -168,11 +168,13 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
                               max_offsets_per_trigger=params["per_batch"],
                               snapshot_every=SNAPSHOT_EVERY, idle_timeout=IDLE_TIMEOUT,
                               query_name="bench-peer")
+            started = time.time()
             query, processor = start_job(spark, opts, once=True)
             figures = run_query(query, params["records"], processor=processor)
             first = query.recentProgress[0] if query.recentProgress else {}
         finally:
             spark.stop()
+    figures["timeline"] = batch_timeline(processor, first, started)
     figures["cpu_s"] = tree.cpu_seconds
     figures["cpu_by_kind"] = tree.cpu_by_kind()
     figures["peak_rss_mb"] = tree.peak_mb
@@ -186,6 +188,29 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
         figures["first_commit_s"] = (begun + first["durationMs"]["triggerExecution"] / 1000
                                      - born)
     return figures
+
+
+def batch_timeline(processor: Any, progress: dict[str, Any], started: float
+                   ) -> dict[str, Any]:
+    """Where the one batch's time went, in seconds from ``start_job``: Spark's phases of the
+    trigger, and each Kafka partition's task (worker pid, start, open / records / state
+    commit), read back from the batch's commit record after the run."""
+    from datetime import datetime
+
+    from orderedstream.statestore.ordered.plan import EXTRA_KEY
+
+    out: dict[str, Any] = {"phases_ms": dict(progress.get("durationMs") or {})}
+    if progress.get("timestamp"):
+        begun = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00"))
+        out["trigger_start_s"] = round(begun.timestamp() - started, 3)
+    record = processor.log.get(0) if processor is not None else None
+    tasks = (record.extra or {}).get(EXTRA_KEY, {}).get("tasks", {}) if record else {}
+    out["partitions"] = {
+        pid: {"pid": t["metrics"].get("pid"), "records": t["records"],
+              "start_s": round(t["metrics"].get("started_at", started) - started, 3),
+              **{k: t["metrics"][k] for k in ("open_s", "process_s", "commit_s")}}
+        for pid, t in sorted(tasks.items(), key=lambda kv: kv[1]["metrics"].get("started_at", 0))}
+    return out
 
 
 def _run_quix(ctx: CaseContext, params: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -276,7 +301,7 @@ def run(ctx: CaseContext) -> list[Result]:
              "rows_differing": differing}
     return [
         Result("peer", "records/s", "records/s", ours["records_per_s"], quix["records_per_s"],
-               base, how, extra=extra),
+               base, how, extra={**extra, "timeline": ours.get("timeline")}),
         Result("peer", "records/s per core", "records/s/core",
                ours["records_per_s"] / OUR_CORES, quix["records_per_s"] / QUIX_CORES, base,
                f"records/s divided by the cores each engine was given (ours local[{OUR_CORES}], "

@@ -394,7 +394,9 @@ class OrderedTask:
         finally:
             part.close()
         finished = time.perf_counter()
-        metrics = {"open_s": round(opened - started, 4),
+        metrics = {"started_at": round(time.time() - (finished - started), 3),  # epoch s
+                   "pid": os.getpid(),
+                   "open_s": round(opened - started, 4),
                    "process_s": round(processed - opened, 4),
                    "commit_s": round(finished - processed, 4),
                    "state": candidate.metrics.to_dict(), "cwd": os.getcwd()}

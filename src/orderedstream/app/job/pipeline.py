@@ -7,6 +7,7 @@ caught up with Kafka (progress: ``orderedstream.app.job.monitor``).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 from orderedstream.app.job.figures import OBSERVED_NAME, observe_input
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
+from orderedstream.app.job.warmup import STAGE_MODULES, warm_python_workers
 from orderedstream.core.errors import OptionError
 from orderedstream.core.jvm import (
     CHECKPOINT_MANAGER_CONF,
@@ -66,6 +68,9 @@ class JobOptions:
     other wrote. A partition's state commit in the small-batch benchmark: 14-16 ms with logs,
     18-19 ms with checkpoints (``benchmarks/results/20261125-s13/``)."""
     query_name: str = "sessions"
+    warm_workers: bool = True
+    """Start the stage's Python workers (and their imports) while the query starts, in local
+    mode (``orderedstream.app.job.warmup``); False: batch 0 starts them."""
     output_format: Literal["delta", "parquet"] = "delta"
     """``delta``: a Delta Lake table, one Delta commit per batch (any Delta reader sees exactly
     the committed rows); ``parquet``: the fenced Parquet table (``_fenced`` log)."""
@@ -143,6 +148,9 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
             # the 12 x 100 small batch on 2 cores).
             frame = frame.repartition(spark.sparkContext.defaultParallelism)
         frame, commit = processor.apply(frame, name=OBSERVED_NAME), processor.commit_batch
+    if shuffled and opts.warm_workers and os.environ.get("ORDEREDSTREAM_WARM_WORKERS") != "0":
+        # the workers batch 0 would start, started now (the variable: for A/B measurements)
+        warm_python_workers(spark, (*STAGE_MODULES, type(processor.func).__module__))
     writer = (frame.writeStream.queryName(opts.query_name)
               .foreachBatch(_batch_function(spark, commit, on_batch))
               .option("checkpointLocation", opts.checkpoint))

@@ -1,0 +1,140 @@
+"""Start the job's Python workers while its query starts, not inside its first batch.
+
+A Spark Python worker is started (forked by the daemon, which starts first) by the first task
+that needs it, and that task then imports what it runs: pyspark's worker, pyarrow, the Kafka
+reader, RocksDB, the ordered stage and the user function's module (about 0.4 s of CPU per
+worker here). Until now the main job paid that inside batch 0: the source's range task started
+the daemon and a worker, then the stage's tasks a second worker, each importing its modules
+before reading its first record (0.4-0.6 s of a 5-6 s one-batch run, measured from the
+tasks' start to their first partition's start).
+
+``warm_python_workers`` submits, before the query starts, one small Spark job whose
+``defaultParallelism`` tasks import those modules in the workers the query's tasks then reuse
+(``spark.python.worker.reuse``, Spark's default; the source's and the stage's functions share
+one pool in local mode: ``orderedstream.core.jvm.share_python_workers``). It does not wait for
+the job to finish, only for Spark to have it queued: the query's first tasks are scheduled
+after its tasks, so they take the warm workers instead of forking more (no more workers than
+before, so no more memory). A failure to warm only logs: the batch starts the workers itself,
+as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orderedstream.core.jvm import map_in_arrow
+from orderedstream.core.pandaslazy import keep_pandas_lazy
+
+_log = logging.getLogger(__name__)
+
+JOB_GROUP = "orderedstream-warm-python-workers"
+
+STAGE_MODULES = (
+    "pyarrow.parquet",
+    "orderedstream.python_datasource.source",
+    "orderedstream.python_datasource.reader",
+    "orderedstream.python_datasource.consumer_pool",
+    "orderedstream.statestore.ordered.inplan",
+    "orderedstream.statestore.ordered.runner",
+    "orderedstream.statestore.ordered.state_access",
+    "orderedstream.statestore.rocksdb.store",
+    "orderedstream.core.objectstore",
+    "orderedstream.core.lazys3",
+)
+"""What a task of the main job's source and ordered stage imports before its first record."""
+
+
+class _Importer:
+    """The warm-up job's ``mapInArrow`` function: import ``modules`` in this worker; one row
+    (the worker's pid, what could not be imported). Picklable by reference."""
+
+    def __init__(self, modules: Sequence[str]) -> None:
+        self.modules = tuple(modules)
+
+    def __call__(self, batches: Iterable[Any]) -> Iterator[Any]:
+        import os
+
+        import pyarrow as pa
+
+        keep_pandas_lazy()  # as the job's own tasks: pa.array must not import pandas
+        for _batch in batches:  # one row per task: consume it
+            pass
+        missing = []
+        for name in self.modules:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:  # e.g. the native reader not built: the task decides
+                missing.append(f"{name}: {exc}")
+        yield pa.RecordBatch.from_arrays([pa.array([os.getpid()], pa.int64()),
+                                          pa.array(["; ".join(missing)], pa.string())],
+                                         names=["pid", "missing"])
+
+
+@dataclass
+class WarmUp:
+    """A warm-up under way: ``wait()`` for it; then ``workers`` (the pids that imported the
+    modules), ``missing`` (modules a worker could not import, with the reason) and ``error``
+    (why the job failed, None when it ran)."""
+
+    thread: threading.Thread
+    workers: list[int] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the warm-up job is over (ran or failed)."""
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
+def warm_python_workers(spark: Any, modules: Sequence[str], *, tasks: int | None = None,
+                        queued_within: float = 5.0) -> WarmUp | None:
+    """Start ``tasks`` (default: ``defaultParallelism``) Python workers importing ``modules``,
+    in the background (None when ``tasks`` < 1). Returns once Spark has the job queued (at most
+    ``queued_within`` seconds), so that jobs submitted after this call run their tasks after
+    the warm-up's, in its workers."""
+    sc = spark.sparkContext
+    count = tasks if tasks is not None else int(sc.defaultParallelism)
+    if count < 1:
+        return None
+    # A SQL Python function, not an RDD one: Spark keys its worker pools by the function's
+    # environment, and SQL runners add one an RDD runner lacks (SPARK_SIMPLIFIED_TRACEBACK),
+    # so only a SQL function's workers are the ones the source's and the stage's tasks reuse.
+    frame = map_in_arrow(spark.range(0, count, 1, count), _Importer(modules),
+                         "pid long, missing string")
+    began = time.perf_counter()
+
+    def run() -> None:
+        try:
+            sc.setJobGroup(JOB_GROUP, "orderedstream: start the job's Python workers",
+                           interruptOnCancel=False)
+            results = frame.collect()
+        except Exception as exc:  # noqa: BLE001 - the batch starts its workers itself
+            warm.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            _log.info("Python workers not started ahead of the query: %s", warm.error)
+            return
+        warm.workers = [int(row["pid"]) for row in results]
+        warm.missing = sorted({row["missing"] for row in results if row["missing"]})
+        _log.info("%d Python workers started ahead of the query in %.2f s%s", len(results),
+                  time.perf_counter() - began,
+                  f" (not imported: {warm.missing})" if warm.missing else "")
+
+    tracker = sc.statusTracker()
+    earlier = set(tracker.getJobIdsForGroup(JOB_GROUP))  # a restarted query's warm-up
+    warm = WarmUp(threading.Thread(target=run, name="orderedstream-warm-workers", daemon=True))
+    warm.thread.start()
+    deadline = time.monotonic() + queued_within
+    while warm.thread.is_alive() and time.monotonic() < deadline:
+        if set(tracker.getJobIdsForGroup(JOB_GROUP)) - earlier:
+            break
+        time.sleep(0.005)
+    return warm
+
+
+__all__ = ["JOB_GROUP", "STAGE_MODULES", "WarmUp", "warm_python_workers"]
