@@ -67,7 +67,8 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
     figures["phases_ms"] = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress[1:])
                             for k in PHASES} if len(progress) > 1 else {}
     figures["task_ms"] = {k: 1000 * statistics.median(t["metrics"][k] for t in tasks)
-                          for k in ("open_s", "process_s", "commit_s")} if tasks else {}
+                          for k in ("head_read_s", "open_s", "process_s", "commit_s")
+                          if all(k in t["metrics"] for t in tasks)} if tasks else {}
     figures["records_per_task"] = (statistics.median(t["records"] for t in tasks)
                                    if tasks else 0)
     figures["peak_rss_mb"] = tree.peak_mb

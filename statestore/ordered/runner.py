@@ -315,6 +315,7 @@ class OrderedTask:
         self.plan = plan
         self.sink = sink
         self.kafka_secrets = kafka_secrets if kafka_secrets is not None else KafkaSecrets()
+        self.head_read_s = 0.0  # time to the first records of the range read last
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keep_pandas_lazy()  # building output arrays must not import pandas (core.pandaslazy)
@@ -361,8 +362,10 @@ class OrderedTask:
         """One described Kafka range read here (the same batches and checks as the source's
         records mode), its input columns checked and narrowed to ``columns``; None when the
         range holds no record."""
+        began = time.perf_counter()
         records = read_range(rng, reader_options)
         head = next(records, None)
+        self.head_read_s = time.perf_counter() - began  # reported with the partition's figures
         if head is None:
             return None
         self.options.check_input(head.schema.names)
@@ -394,8 +397,10 @@ class OrderedTask:
         finally:
             part.close()
         finished = time.perf_counter()
+        head_read_s, self.head_read_s = self.head_read_s, 0.0  # of this partition's range
         metrics = {"started_at": round(time.time() - (finished - started), 3),  # epoch s
                    "pid": os.getpid(),
+                   "head_read_s": round(head_read_s, 4),  # the range's first records
                    "open_s": round(opened - started, 4),
                    "process_s": round(processed - opened, 4),
                    "commit_s": round(finished - processed, 4),
