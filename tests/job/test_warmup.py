@@ -14,8 +14,13 @@ from pyspark import cloudpickle
 
 from orderedstream.app.job.generator import GeneratorOptions, generate
 from orderedstream.app.job.pipeline import JobOptions, start_job
-from orderedstream.app.job.warmup import JOB_GROUP, warm_python_workers
-from orderedstream.core.jvm import map_in_arrow, python_worker_pools
+from orderedstream.app.job.warmup import (
+    JOB_GROUP,
+    planner_frame,
+    warm_python_workers,
+    warm_read_planner,
+)
+from orderedstream.core.jvm import map_in_arrow, python_worker_pools, release_planner_workers
 from orderedstream.statestore.ordered.plan import EXTRA_KEY
 from tests.fixtures import unique
 
@@ -53,6 +58,22 @@ def test_warm_up_imports_in_the_workers_later_tasks_reuse(spark: Any) -> None:
     assert all(r["marker"] for r in reused)  # ... with the warm-up's imports in place
 
     assert warm_python_workers(spark, (MARKER,), tasks=0) is None
+
+
+def test_read_planner_started_ahead_is_the_only_planner_left(spark: Any) -> None:
+    """What start_job does: the do-nothing read is created while the create planner is warm,
+    the load planners are released, then planning the read starts the read planner alone."""
+    planner = "pyspark.sql.worker."
+    release_planner_workers(spark)  # earlier tests' planner pools
+    frame = planner_frame(spark)
+    release_planner_workers(spark)
+    thread = warm_read_planner(frame)
+    thread.join(300)
+    assert not thread.is_alive()
+    pools = {m: n for m, n in python_worker_pools(spark).items() if m.startswith(planner)}
+    assert pools.get(f"{planner}plan_data_source_read") == 1, pools
+    assert all(n == 0 for m, n in pools.items() if not m.endswith("plan_data_source_read"))
+    assert f"{planner}plan_data_source_read" in release_planner_workers(spark)
 
 
 def _warm_jobs(spark: Any) -> set[int]:

@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 from orderedstream.app.job.figures import OBSERVED_NAME, observe_input
 from orderedstream.app.job.sessions import OUTPUT_SCHEMA, PARTITION_BY, SessionLogic
-from orderedstream.app.job.warmup import STAGE_MODULES, warm_python_workers
+from orderedstream.app.job.warmup import (
+    STAGE_MODULES,
+    planner_frame,
+    warm_python_workers,
+    warm_read_planner,
+)
 from orderedstream.core.errors import OptionError
 from orderedstream.core.jvm import (
     CHECKPOINT_MANAGER_CONF,
@@ -133,6 +138,9 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     if shuffled:  # one task describes the batch's ranges (see below), not one per partition
         reader = reader.option("rangePartitions", "1")
     frame = reader.load()
+    warm = shuffled and opts.warm_workers and os.environ.get("ORDEREDSTREAM_WARM_WORKERS") != "0"
+    # a read Spark plans ahead, so that batch 0 finds its read planner started (warmup)
+    planner = _planner_frame(spark) if warm else None
     # load() ran Spark's lookup and create planner steps: their idle pools (about 130 MiB) go
     # now, before the query starts its source runner and the stage's workers, not at batch 0
     _release_planners(spark)
@@ -148,8 +156,9 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
             # the 12 x 100 small batch on 2 cores).
             frame = frame.repartition(spark.sparkContext.defaultParallelism)
         frame, commit = processor.apply(frame, name=OBSERVED_NAME), processor.commit_batch
-    if shuffled and opts.warm_workers and os.environ.get("ORDEREDSTREAM_WARM_WORKERS") != "0":
-        # the workers batch 0 would start, started now (the variable: for A/B measurements)
+    if warm:  # what batch 0 would start, started now (the variable: for A/B measurements)
+        if planner is not None:
+            warm_read_planner(planner)
         warm_python_workers(spark, (*STAGE_MODULES, type(processor.func).__module__))
     writer = (frame.writeStream.queryName(opts.query_name)
               .foreachBatch(_batch_function(spark, commit, on_batch))
@@ -184,6 +193,14 @@ def _batch_function(spark: Any, process: Callable[[Any, int], Any],
         return result
 
     return process_batch
+
+
+def _planner_frame(spark: Any) -> Any:
+    try:
+        return planner_frame(spark)
+    except Exception as exc:  # noqa: BLE001 - batch 0 starts its read planner itself
+        _log.info("Spark's read planner will start at batch 0: %s", exc)
+        return None
 
 
 def _release_planners(spark: Any) -> None:

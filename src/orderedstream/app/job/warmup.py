@@ -137,4 +137,70 @@ def warm_python_workers(spark: Any, modules: Sequence[str], *, tasks: int | None
     return warm
 
 
-__all__ = ["JOB_GROUP", "STAGE_MODULES", "WarmUp", "warm_python_workers"]
+class _NoPartitionReader:
+    """The read of :func:`planner_frame`'s source: one partition, never read."""
+
+    def partitions(self) -> list[Any]:
+        from pyspark.sql.datasource import InputPartition
+
+        return [InputPartition(0)]
+
+    def read(self, partition: Any) -> Iterator[tuple[int]]:
+        return iter(())
+
+
+PLANNER_SOURCE = "orderedstream_warm_planner"
+
+
+def _planner_source() -> type:
+    """A Python Data Source that reads nothing (built on first use: pyspark.sql is heavy)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    reader = type("WarmPlannerReader", (_NoPartitionReader, DataSourceReader), {})
+
+    class WarmPlannerSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return PLANNER_SOURCE
+
+        def schema(self) -> str:
+            return "x int"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return reader()  # type: ignore[no-any-return]
+
+    return WarmPlannerSource
+
+
+def planner_frame(spark: Any) -> Any:
+    """A read of a Python Data Source that reads nothing, created now (Spark's create planner
+    step runs here, in the pool the query's ``load()`` just used) and planned later by
+    :func:`warm_read_planner`."""
+    spark.dataSource.register(_planner_source())
+    return spark.read.format(PLANNER_SOURCE).load()
+
+
+def warm_read_planner(frame: Any) -> threading.Thread:
+    """Plan ``frame``'s read (:func:`planner_frame`) in the background: Spark starts its read
+    planner (``pyspark.sql.worker.plan_data_source_read``: a daemon and a worker importing
+    pyspark.sql, 0.5-1 s here), which a streaming query otherwise starts inside its first
+    batch to plan its Python source's reads; the query then finds that worker idle."""
+
+    def run() -> None:
+        began = time.perf_counter()
+        try:
+            frame._jdf.queryExecution().toRdd().getNumPartitions()  # plans; runs no task
+        except Exception as exc:  # noqa: BLE001 - the query starts its planner itself
+            _log.info("Spark's read planner not started ahead of the query: %s",
+                      str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            return
+        _log.info("Spark's read planner started ahead of the query in %.2f s",
+                  time.perf_counter() - began)
+
+    thread = threading.Thread(target=run, name="orderedstream-warm-planner", daemon=True)
+    thread.start()
+    return thread
+
+
+__all__ = ["JOB_GROUP", "PLANNER_SOURCE", "STAGE_MODULES", "WarmUp", "planner_frame",
+           "warm_python_workers", "warm_read_planner"]
