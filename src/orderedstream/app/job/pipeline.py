@@ -137,8 +137,12 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     shuffled = not placed and share_python_workers(spark) and opts.emit == "ranges"
     if shuffled:  # one task describes the batch's ranges (see below), not one per partition
         reader = reader.option("rangePartitions", "1")
-    frame = reader.load()
     warm = shuffled and opts.warm_workers and os.environ.get("ORDEREDSTREAM_WARM_WORKERS") != "0"
+    # what batch 0 would start, started now (warmup; the variable: for A/B measurements): the
+    # workers' job is submitted while the source is planned, and is queued before start()
+    workers = warm_python_workers(spark, (*STAGE_MODULES, type(processor.func).__module__),
+                                  queued_within=None) if warm else None
+    frame = reader.load()
     # a read Spark plans ahead, so that batch 0 finds its read planner started (warmup)
     planner = _planner_frame(spark) if warm else None
     # load() ran Spark's lookup and create planner steps: their idle pools (about 130 MiB) go
@@ -156,10 +160,10 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
             # the 12 x 100 small batch on 2 cores).
             frame = frame.repartition(spark.sparkContext.defaultParallelism)
         frame, commit = processor.apply(frame, name=OBSERVED_NAME), processor.commit_batch
-    if warm:  # what batch 0 would start, started now (the variable: for A/B measurements)
-        if planner is not None:
-            warm_read_planner(planner)
-        warm_python_workers(spark, (*STAGE_MODULES, type(processor.func).__module__))
+    if planner is not None:
+        warm_read_planner(planner)
+    if workers is not None:
+        workers.wait_queued()
     writer = (frame.writeStream.queryName(opts.query_name)
               .foreachBatch(_batch_function(spark, commit, on_batch))
               .option("checkpointLocation", opts.checkpoint))

@@ -78,14 +78,26 @@ class _Importer:
 
 @dataclass
 class WarmUp:
-    """A warm-up under way: ``wait()`` for it; then ``workers`` (the pids that imported the
-    modules), ``missing`` (modules a worker could not import, with the reason) and ``error``
-    (why the job failed, None when it ran)."""
+    """A warm-up under way: ``wait_queued()`` until Spark has its job, ``wait()`` for it; then
+    ``workers`` (the pids that imported the modules), ``missing`` (modules a worker could not
+    import, with the reason) and ``error`` (why the job failed, None when it ran)."""
 
     thread: threading.Thread
+    tracker: Any
+    earlier: set[int]
     workers: list[int] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     error: str | None = None
+
+    def wait_queued(self, timeout: float = 5.0) -> bool:
+        """Block until Spark has the warm-up's job (at most ``timeout`` s): jobs submitted
+        after that run their tasks after its tasks, in its workers. False on the timeout."""
+        deadline = time.monotonic() + timeout
+        while self.thread.is_alive() and time.monotonic() < deadline:
+            if set(self.tracker.getJobIdsForGroup(JOB_GROUP)) - self.earlier:
+                return True
+            time.sleep(0.005)
+        return not self.thread.is_alive()
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once the warm-up job is over (ran or failed)."""
@@ -94,27 +106,28 @@ class WarmUp:
 
 
 def warm_python_workers(spark: Any, modules: Sequence[str], *, tasks: int | None = None,
-                        queued_within: float = 5.0) -> WarmUp | None:
+                        queued_within: float | None = 5.0) -> WarmUp | None:
     """Start ``tasks`` (default: ``defaultParallelism``) Python workers importing ``modules``,
     in the background (None when ``tasks`` < 1). Returns once Spark has the job queued (at most
-    ``queued_within`` seconds), so that jobs submitted after this call run their tasks after
-    the warm-up's, in its workers."""
+    ``queued_within`` seconds; None: at once, call ``WarmUp.wait_queued`` before the jobs that
+    should find the workers warm), so that jobs submitted after that run their tasks after the
+    warm-up's, in its workers."""
     sc = spark.sparkContext
     count = tasks if tasks is not None else int(sc.defaultParallelism)
     if count < 1:
         return None
-    # A SQL Python function, not an RDD one: Spark keys its worker pools by the function's
-    # environment, and SQL runners add one an RDD runner lacks (SPARK_SIMPLIFIED_TRACEBACK),
-    # so only a SQL function's workers are the ones the source's and the stage's tasks reuse.
-    frame = map_in_arrow(spark.range(0, count, 1, count), _Importer(modules),
-                         "pid long, missing string")
     began = time.perf_counter()
 
     def run() -> None:
         try:
             sc.setJobGroup(JOB_GROUP, "orderedstream: start the job's Python workers",
                            interruptOnCancel=False)
-            results = frame.collect()
+            # A SQL Python function, not an RDD one: Spark keys its worker pools by the
+            # function's environment, and SQL runners add one an RDD runner lacks
+            # (SPARK_SIMPLIFIED_TRACEBACK), so only a SQL function's workers are the ones the
+            # source's and the stage's tasks reuse.
+            results = map_in_arrow(spark.range(0, count, 1, count), _Importer(modules),
+                                   "pid long, missing string").collect()
         except Exception as exc:  # noqa: BLE001 - the batch starts its workers itself
             warm.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             _log.info("Python workers not started ahead of the query: %s", warm.error)
@@ -126,14 +139,11 @@ def warm_python_workers(spark: Any, modules: Sequence[str], *, tasks: int | None
                   f" (not imported: {warm.missing})" if warm.missing else "")
 
     tracker = sc.statusTracker()
-    earlier = set(tracker.getJobIdsForGroup(JOB_GROUP))  # a restarted query's warm-up
-    warm = WarmUp(threading.Thread(target=run, name="orderedstream-warm-workers", daemon=True))
+    warm = WarmUp(threading.Thread(target=run, name="orderedstream-warm-workers", daemon=True),
+                  tracker, set(tracker.getJobIdsForGroup(JOB_GROUP)))  # a restart's earlier
     warm.thread.start()
-    deadline = time.monotonic() + queued_within
-    while warm.thread.is_alive() and time.monotonic() < deadline:
-        if set(tracker.getJobIdsForGroup(JOB_GROUP)) - earlier:
-            break
-        time.sleep(0.005)
+    if queued_within is not None:
+        warm.wait_queued(queued_within)
     return warm
 
 
