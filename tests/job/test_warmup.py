@@ -66,6 +66,7 @@ def test_read_planner_started_ahead_is_the_only_planner_left(spark: Any) -> None
     planner = "pyspark.sql.worker."
     release_planner_workers(spark)  # earlier tests' planner pools
     frame = planner_frame(spark)
+    assert frame is not None
     release_planner_workers(spark)
     thread = warm_read_planner(frame)
     thread.join(300)
@@ -101,8 +102,8 @@ def _run_once(spark: Any, kafka: Any, s3: Any, tmp_path: Path, **options: Any
     return query, processor
 
 
-def test_start_job_warms_the_workers_batch_0_then_uses(spark: Any, kafka: Any, s3: Any,
-                                                       tmp_path: Path) -> None:
+def test_start_job_runs_one_warm_up_job_and_batch_0_records_its_workers(
+        spark: Any, kafka: Any, s3: Any, tmp_path: Path) -> None:
     before = _warm_jobs(spark)
     _query, processor = _run_once(spark, kafka, s3, tmp_path)
     new = _warm_jobs(spark) - before

@@ -144,7 +144,7 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
                                   queued_within=None) if warm else None
     frame = reader.load()
     # a read Spark plans ahead, so that batch 0 finds its read planner started (warmup)
-    planner = _planner_frame(spark) if warm else None
+    planner = planner_frame(spark) if warm else None
     # load() ran Spark's lookup and create planner steps: their idle pools (about 130 MiB) go
     # now, before the query starts its source runner and the stage's workers, not at batch 0
     _release_planners(spark)
@@ -197,14 +197,6 @@ def _batch_function(spark: Any, process: Callable[[Any, int], Any],
         return result
 
     return process_batch
-
-
-def _planner_frame(spark: Any) -> Any:
-    try:
-        return planner_frame(spark)
-    except Exception as exc:  # noqa: BLE001 - batch 0 starts its read planner itself
-        _log.info("Spark's read planner will start at batch 0: %s", exc)
-        return None
 
 
 def _release_planners(spark: Any) -> None:

@@ -50,6 +50,12 @@ STAGE_MODULES = (
 """What a task of the main job's source and ordered stage imports before its first record."""
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (Spark's carry a JVM trace), else its class."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class _Importer:
     """The warm-up job's ``mapInArrow`` function: import ``modules`` in this worker; one row
     (the worker's pid, what could not be imported). Picklable by reference."""
@@ -129,7 +135,7 @@ def warm_python_workers(spark: Any, modules: Sequence[str], *, tasks: int | None
             results = map_in_arrow(spark.range(0, count, 1, count), _Importer(modules),
                                    "pid long, missing string").collect()
         except Exception as exc:  # noqa: BLE001 - the batch starts its workers itself
-            warm.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            warm.error = _first_line(exc)
             _log.info("Python workers not started ahead of the query: %s", warm.error)
             return
         warm.workers = [int(row["pid"]) for row in results]
@@ -147,26 +153,20 @@ def warm_python_workers(spark: Any, modules: Sequence[str], *, tasks: int | None
     return warm
 
 
-class _NoPartitionReader:
-    """The read of :func:`planner_frame`'s source: one partition, never read."""
-
-    def partitions(self) -> list[Any]:
-        from pyspark.sql.datasource import InputPartition
-
-        return [InputPartition(0)]
-
-    def read(self, partition: Any) -> Iterator[tuple[int]]:
-        return iter(())
-
-
 PLANNER_SOURCE = "orderedstream_warm_planner"
 
 
 def _planner_source() -> type:
-    """A Python Data Source that reads nothing (built on first use: pyspark.sql is heavy)."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader
+    """A Python Data Source that reads nothing: one partition, never read (built on first use:
+    pyspark.sql is heavy)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    reader = type("WarmPlannerReader", (_NoPartitionReader, DataSourceReader), {})
+    class WarmPlannerReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(0)]
+
+        def read(self, partition: Any) -> Iterator[tuple[int]]:
+            return iter(())
 
     class WarmPlannerSource(DataSource):
         @classmethod
@@ -177,7 +177,7 @@ def _planner_source() -> type:
             return "x int"
 
         def reader(self, schema: Any) -> DataSourceReader:
-            return reader()  # type: ignore[no-any-return]
+            return WarmPlannerReader()
 
     return WarmPlannerSource
 
@@ -185,9 +185,14 @@ def _planner_source() -> type:
 def planner_frame(spark: Any) -> Any:
     """A read of a Python Data Source that reads nothing, created now (Spark's create planner
     step runs here, in the pool the query's ``load()`` just used) and planned later by
-    :func:`warm_read_planner`."""
-    spark.dataSource.register(_planner_source())
-    return spark.read.format(PLANNER_SOURCE).load()
+    :func:`warm_read_planner`; None when it could not be created (batch 0 then starts its read
+    planner itself, as without it)."""
+    try:
+        spark.dataSource.register(_planner_source())
+        return spark.read.format(PLANNER_SOURCE).load()
+    except Exception as exc:  # noqa: BLE001 - only a start-up shortcut
+        _log.info("Spark's read planner will start at batch 0: %s", _first_line(exc))
+        return None
 
 
 def warm_read_planner(frame: Any) -> threading.Thread:
@@ -202,7 +207,7 @@ def warm_read_planner(frame: Any) -> threading.Thread:
             frame._jdf.queryExecution().toRdd().getNumPartitions()  # plans; runs no task
         except Exception as exc:  # noqa: BLE001 - the query starts its planner itself
             _log.info("Spark's read planner not started ahead of the query: %s",
-                      str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                      _first_line(exc))
             return
         _log.info("Spark's read planner started ahead of the query in %.2f s",
                   time.perf_counter() - began)
