@@ -3,6 +3,7 @@ file), and the pack's reason first from ``OrderedStateful`` and ``orderedkafka``
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from orderedstream.app.job.pipeline import JobOptions, start_job
 from orderedstream.core.errors import OptionError, UserFunctionError, error_summary
 from orderedstream.core.jvm import (
     CHECKPOINT_MANAGER_CONF,
+    FORKLESS_CHECKPOINT_MANAGER,
     FS_CHECKPOINT_MANAGERS,
     local_checkpoint_manager,
 )
@@ -40,10 +42,14 @@ def test_observed_metrics_and_tracker_figures_from_a_real_run(spark, kafka, s3, 
     query, processor = start_job(spark, opts, once=True, on_batch=tracker.on_result)
     try:
         # The local checkpoint's logs are written without Hadoop FileContext's readlink
-        # processes; the setting was the query's alone
+        # processes nor chmod ones (the shim's manager); the setting was the query's alone
         execution = query._jsq.streamingQuery()
+        assert FS_CHECKPOINT_MANAGERS[0] == FORKLESS_CHECKPOINT_MANAGER
         for log in (execution.offsetLog(), execution.commitLog()):
-            assert str(log.fileManager().getClass().getName()) == FS_CHECKPOINT_MANAGERS[0]
+            manager = log.fileManager()
+            assert str(manager.getClass().getName()) == FORKLESS_CHECKPOINT_MANAGER
+            assert str(manager.fs().getClass().getName()) == (
+                f"{FORKLESS_CHECKPOINT_MANAGER}$ForklessLocalFileSystem")
         assert spark.conf.get(CHECKPOINT_MANAGER_CONF, None) is None
         query.awaitTermination(600)
     finally:
@@ -148,3 +154,36 @@ def test_checkpoint_manager_only_for_local_checkpoints_the_user_left_alone(spark
         assert local_checkpoint_manager(spark, str(tmp_path)) is None
     finally:
         spark.conf.unset(CHECKPOINT_MANAGER_CONF)
+
+
+def test_forkless_checkpoint_manager_gives_the_modes_hadoop_would(spark, tmp_path: Path,
+                                                                 ) -> None:
+    # Hadoop's umask 077 (the JVM's own is 022): its chmod would make the logs' files 0600 and
+    # their folders 0700; the shim's filesystem must set exactly that, with java.nio.
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.txt").write_text("one line\n")
+    checkpoint = tmp_path / "cp"
+    spark.conf.set(CHECKPOINT_MANAGER_CONF, FORKLESS_CHECKPOINT_MANAGER)
+    spark.conf.set("fs.permissions.umask-mode", "077")
+    try:
+        query = (spark.readStream.format("text").load(str(source)).writeStream.format("noop")
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
+                 .start())
+    finally:
+        spark.conf.unset(CHECKPOINT_MANAGER_CONF)
+        spark.conf.unset("fs.permissions.umask-mode")
+    try:
+        assert query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    manager = query._jsq.streamingQuery().offsetLog().fileManager()
+    assert str(manager.fs().getClass().getName()).endswith("$ForklessLocalFileSystem")
+    files = [checkpoint / "offsets" / "0", checkpoint / "offsets" / ".0.crc",
+             checkpoint / "commits" / "0", checkpoint / "commits" / ".0.crc"]
+    assert {f.name: oct(stat.S_IMODE(f.stat().st_mode)) for f in files} == {
+        f.name: oct(0o600) for f in files}
+    for folder in (checkpoint / "offsets", checkpoint / "commits"):
+        assert oct(stat.S_IMODE(folder.stat().st_mode)) == oct(0o700), folder
+    assert (checkpoint / "commits" / "0").read_text().startswith("v1")

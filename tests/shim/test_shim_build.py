@@ -46,12 +46,13 @@ def test_cli_build_and_path(shim_jar: Path) -> None:
 
 
 def test_junit_placement_logic(shim_jar: Path) -> None:
-    """The planner's JUnit tests (mvn test) pass; their reports count every test."""
+    """The shim's JUnit tests (mvn test) pass; their reports count every test."""
     shim.run_tests(quiet=True)
     reports = sorted((shim.SOURCE_DIR / "target" / "surefire-reports").glob("TEST-*.xml"))
     names = {report.name for report in reports}
     assert {"TEST-orderedstream.shim.PlacementPlannerTest.xml",
-            "TEST-orderedstream.shim.ExecutorSlotTest.xml"} <= names
+            "TEST-orderedstream.shim.ExecutorSlotTest.xml",
+            "TEST-orderedstream.shim.PosixModeTest.xml"} <= names
     for report in reports:
         head = report.read_text()[:2000]
         assert 'failures="0"' in head and 'errors="0"' in head, report

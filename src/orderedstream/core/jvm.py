@@ -234,7 +234,11 @@ def share_python_workers(spark: Any) -> bool:
 
 
 #: Spark's checkpoint file manager over Hadoop's ``FileSystem`` API (Spark 4 name, then 3.x).
+FORKLESS_CHECKPOINT_MANAGER = "orderedstream.shim.ForklessCheckpointFileManager"
+"""The shim's manager: Spark's ``FileSystem`` one whose local filesystem sets file modes with
+``java.nio`` instead of a ``chmod`` process per file (4 per micro-batch otherwise)."""
 FS_CHECKPOINT_MANAGERS = (
+    FORKLESS_CHECKPOINT_MANAGER,
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
     "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager")
 CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
@@ -248,7 +252,11 @@ def local_checkpoint_manager(spark: Any, checkpoint: str) -> str | None:
     starts a ``readlink`` process (``FileUtil.readLink``) for every existence check of a
     rename: 16 processes per micro-batch for the offset and commit logs, 30-40 ms of each
     of ``walCommit`` and ``commitOffsets``. The ``FileSystem`` manager renames with
-    ``java.io.File`` (atomic on a local disk) and starts none."""
+    ``java.io.File`` (atomic on a local disk) and starts none. Without Hadoop's native library
+    (pyspark ships none) its filesystem still starts a ``chmod`` process for every file it
+    creates (4-5 ms each, 4 per batch: the logs' files and their checksums); the shim's
+    subclass of it (``FORKLESS_CHECKPOINT_MANAGER``, when the shim's jar is on the driver)
+    sets the same modes without one."""
     if spark.conf.get(CHECKPOINT_MANAGER_CONF, None):
         return None
     try:  # no JVM here (Spark Connect): Spark's default manager
