@@ -1,7 +1,8 @@
 """The main job's session settings reach the processes they are for: ``JOB_ENVIRONMENT`` the
 driver JVM and the Python workers it starts (not the driver's own environment, and not over
-a value the user set), ``JOB_CONF`` the session. Each case runs in its own interpreter: the
-tests' shared session has its JVM already."""
+a value the user set), ``JOB_CONF`` the session, its Unix sockets in a folder whose paths fit
+(the session below runs from pytest's deep temporary folder). Each case runs in its own
+interpreter: the tests' shared session has its JVM already."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orderedstream.dev.services.spark import JOB_CONF, JOB_ENVIRONMENT
+from orderedstream.dev.services.spark import (
+    JOB_CONF,
+    JOB_ENVIRONMENT,
+    UNIX_SOCKET_DIR,
+    UNIX_SOCKETS,
+    unix_sockets,
+)
 
 SCRIPT = r"""
 import json, os, sys
@@ -65,3 +72,22 @@ def test_a_users_own_setting_wins(tmp_path: Path) -> None:
     seen = json.loads(workers[0])
     assert seen == {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "4"}
     assert result["driver"] == {"ARROW_DEFAULT_MEMORY_POOL": None, "MALLOC_ARENA_MAX": "4"}
+
+
+def test_unix_sockets_get_a_short_private_folder_on_local_masters_only() -> None:
+    assert JOB_CONF[UNIX_SOCKETS] == "true"
+    local = dict(JOB_CONF)
+    unix_sockets(local, "local[2,4]")
+    folder = Path(local[UNIX_SOCKET_DIR])
+    assert local[UNIX_SOCKETS] == "true" and folder.is_dir()
+    assert oct(folder.stat().st_mode & 0o777) == oct(0o700)  # the session's alone
+    assert len(f"{folder}/.{'0' * 8}-0000-0000-0000-{'0' * 12}.sock") <= 107
+    cluster = dict(JOB_CONF)  # executors elsewhere have no such folder: TCP
+    unix_sockets(cluster, "spark://host:7077")
+    assert cluster[UNIX_SOCKETS] == "false" and UNIX_SOCKET_DIR not in cluster
+    chosen = {UNIX_SOCKETS: "true", UNIX_SOCKET_DIR: "/run/spark"}  # the user's folder stands
+    unix_sockets(chosen, "local[2]")
+    assert chosen == {UNIX_SOCKETS: "true", UNIX_SOCKET_DIR: "/run/spark"}
+    off: dict[str, str] = {}
+    unix_sockets(off, "local[2]")
+    assert off == {}

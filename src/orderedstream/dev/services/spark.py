@@ -7,9 +7,12 @@ moving between executors are exercised on one machine.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,6 +54,7 @@ JOB_CONF = {
     "spark.ui.retainedDeadExecutors": "10",
     "spark.sql.streaming.ui.retainedQueries": "20",
     "spark.sql.adaptive.enabled": "false",
+    "spark.python.unix.domain.socket.enabled": "true",
 }
 """Spark settings of the main job's local session: how much finished work the driver's status
 store keeps (on the JVM heap, also with the UI off). Spark's defaults (1,000 jobs and stages,
@@ -63,7 +67,42 @@ set, one per core), yet AQE runs the shuffle as a query stage of its own Spark j
 re-optimizes and submits the rest as a second job: two jobs and their planning per batch
 instead of one. Off, in turns with on (``benchmarks/results/20261126-s15/aqe-ab``): the
 12 x 100-record batch's p50 604 -> 519 ms (medians of 4 runs each), the one-batch peer run
--0.19 s, 0.4 CPU-s less, peak RSS 10-25 MiB lower."""
+-0.19 s, 0.4 CPU-s less, peak RSS 10-25 MiB lower.
+
+The JVM talks to its Python processes over Unix domain sockets, not TCP on localhost: the
+second task of every batch's stage waited 35-45 ms for its first input rows (its worker's
+first read, timed in the task: 1-2 ms for the first task, 40 ms for the second, batch after
+batch), the delay of TCP's delayed acknowledgement meeting Nagle's algorithm on a small write;
+over a Unix socket both start within 10 ms (in turns, TCP vs Unix: the 12 x 100 batch's p50
+588/621/586 vs 590/573/530 ms, ``benchmarks/results/20261126-s15/uds-ab``). Local masters
+only (``unix_sockets``: the sockets live in a private folder of this machine)."""
+
+UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
+UNIX_SOCKET_DIR = "spark.python.unix.domain.socket.dir"
+_SOCKET_PATH_MAX = 107
+"""Bytes of a Unix socket's path on Linux (``sun_path`` less its final NUL)."""
+_SOCKET_NAME = len("/.00000000-0000-0000-0000-000000000000.sock")
+"""Spark and pyspark name a socket ``.<uuid4>.sock`` in the socket folder."""
+
+
+def unix_sockets(settings: dict[str, str], master: str) -> None:
+    """Make ``settings``' Unix sockets work, in place: on a local master they get a private
+    folder (0700, removed at exit) whose sockets' paths fit Linux's 107 bytes (Spark puts
+    them in ``java.io.tmpdir``, a run's scratch folder here, often deeper than that: "AF_UNIX
+    path too long"); elsewhere, or without such a folder, TCP as Spark's default."""
+    if settings.get(UNIX_SOCKETS, "false").lower() != "true" or settings.get(UNIX_SOCKET_DIR):
+        return
+    if master.startswith("local"):
+        for base in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
+            if len(base) + len("/orderedstream-uds-xxxxxxxx") + _SOCKET_NAME <= _SOCKET_PATH_MAX:
+                try:
+                    folder = tempfile.mkdtemp(prefix="orderedstream-uds-", dir=base)
+                except OSError:
+                    continue
+                atexit.register(shutil.rmtree, folder, True)
+                settings[UNIX_SOCKET_DIR] = folder
+                return
+    settings[UNIX_SOCKETS] = "false"
 
 
 def python_env() -> dict[str, str]:
@@ -119,6 +158,7 @@ def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]
     settings = {**base, "spark.driver.memory": driver_memory, **(conf or {})}
     if conf and "spark.jars" in conf and base.get("spark.jars"):
         settings["spark.jars"] = f"{base['spark.jars']},{conf['spark.jars']}"
+    unix_sockets(settings, master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     # The JVM (and every Python process it starts) gets a home whose Python processes run
