@@ -233,10 +233,11 @@ def share_python_workers(spark: Any) -> bool:
     return True
 
 
-#: Spark's checkpoint file manager over Hadoop's ``FileSystem`` API (Spark 4 name, then 3.x).
 FORKLESS_CHECKPOINT_MANAGER = "orderedstream.shim.ForklessCheckpointFileManager"
 """The shim's manager: Spark's ``FileSystem`` one whose local filesystem sets file modes with
 ``java.nio`` instead of a ``chmod`` process per file (4 per micro-batch otherwise)."""
+#: Checkpoint file managers over Hadoop's ``FileSystem`` API, the first one loadable wins: the
+#: shim's, then Spark's own (Spark 4 name, then 3.x).
 FS_CHECKPOINT_MANAGERS = (
     FORKLESS_CHECKPOINT_MANAGER,
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",

@@ -46,6 +46,15 @@ threads), each holding freed memory; Arrow's default jemalloc pool keeps freed p
 driver's own Python process keeps its environment."""
 
 
+UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
+UNIX_SOCKET_DIR = "spark.python.unix.domain.socket.dir"
+_SOCKET_PATH_MAX = 107
+"""Bytes of a Unix socket's path on Linux (``sun_path`` less its final NUL)."""
+_SOCKET_NAME = len("/.00000000-0000-0000-0000-000000000000.sock")
+"""Spark and pyspark name a socket ``.<uuid4>.sock`` in the socket folder."""
+_SOCKET_FOLDER = "orderedstream-uds-"
+"""``tempfile.mkdtemp``'s prefix of the private socket folder (8 random characters follow)."""
+
 JOB_CONF = {
     "spark.ui.retainedJobs": "100",
     "spark.ui.retainedStages": "100",
@@ -54,7 +63,7 @@ JOB_CONF = {
     "spark.ui.retainedDeadExecutors": "10",
     "spark.sql.streaming.ui.retainedQueries": "20",
     "spark.sql.adaptive.enabled": "false",
-    "spark.python.unix.domain.socket.enabled": "true",
+    UNIX_SOCKETS: "true",
 }
 """Spark settings of the main job's local session: how much finished work the driver's status
 store keeps (on the JVM heap, also with the UI off). Spark's defaults (1,000 jobs and stages,
@@ -77,13 +86,6 @@ over a Unix socket both start within 10 ms (in turns, TCP vs Unix: the 12 x 100 
 588/621/586 vs 590/573/530 ms, ``benchmarks/results/20261126-s15/uds-ab``). Local masters
 only (``unix_sockets``: the sockets live in a private folder of this machine)."""
 
-UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
-UNIX_SOCKET_DIR = "spark.python.unix.domain.socket.dir"
-_SOCKET_PATH_MAX = 107
-"""Bytes of a Unix socket's path on Linux (``sun_path`` less its final NUL)."""
-_SOCKET_NAME = len("/.00000000-0000-0000-0000-000000000000.sock")
-"""Spark and pyspark name a socket ``.<uuid4>.sock`` in the socket folder."""
-
 
 def unix_sockets(settings: dict[str, str], master: str) -> None:
     """Make ``settings``' Unix sockets work, in place: on a local master they get a private
@@ -94,9 +96,9 @@ def unix_sockets(settings: dict[str, str], master: str) -> None:
         return
     if master.startswith("local"):
         for base in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
-            if len(base) + len("/orderedstream-uds-xxxxxxxx") + _SOCKET_NAME <= _SOCKET_PATH_MAX:
+            if len(base) + 1 + len(_SOCKET_FOLDER) + 8 + _SOCKET_NAME <= _SOCKET_PATH_MAX:
                 try:
-                    folder = tempfile.mkdtemp(prefix="orderedstream-uds-", dir=base)
+                    folder = tempfile.mkdtemp(prefix=_SOCKET_FOLDER, dir=base)
                 except OSError:
                     continue
                 atexit.register(shutil.rmtree, folder, True)

@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.file.Files;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.RawLocalFileSystem;
@@ -33,8 +34,7 @@ public class ForklessCheckpointFileManager extends FileSystemBasedCheckpointFile
     /** {@code conf} with {@code file:} served by a private {@link ForklessLocalFileSystem}. */
     static Configuration forkless(Configuration conf) {
         Configuration copy = new Configuration(conf);
-        copy.setClass("fs.file.impl", ForklessLocalFileSystem.class,
-                      org.apache.hadoop.fs.FileSystem.class);
+        copy.setClass("fs.file.impl", ForklessLocalFileSystem.class, FileSystem.class);
         copy.setBoolean("fs.file.impl.disable.cache", true);  // never the process's shared one
         return copy;
     }
