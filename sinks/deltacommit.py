@@ -106,6 +106,9 @@ class DeltaCommitter:
         self.delta_options = delta_storage_options(self.url, options.storage_options)
         self.log = DeltaBatchLog(self.url, options.storage_options, writer_id=app_id)
         self._table: Any = None
+        self._prepared_at: int | None = None
+        """The batch whose ``prepare`` last read the table (its first commit attempt starts
+        from that snapshot)."""
 
     # ---- the delta-rs handle ------------------------------------------------------------
     def table(self) -> Any:
@@ -204,8 +207,10 @@ class DeltaCommitter:
         existing = self.committed(batch_id, replay_offsets)
         if existing is not None:
             return existing
-        return DeltaPrepared(batch_id=batch_id, schema=self.check_schema(batch_schema),
-                             token=uuid.uuid4().hex)
+        self._prepared_at = None
+        schema = self.check_schema(batch_schema)
+        self._prepared_at = batch_id
+        return DeltaPrepared(batch_id=batch_id, schema=schema, token=uuid.uuid4().hex)
 
     # ---- step 2: the commit -------------------------------------------------------------
     def publish(self, prepared: DeltaPrepared, files: Iterable[DataFile], *,
@@ -230,7 +235,12 @@ class DeltaCommitter:
                                  app_transactions=[Transaction(self.app_id, batch_id)])
         actions = [add_action(f) for f in files]
         for attempt in range(COMMIT_ATTEMPTS):
-            table = self.table()
+            # The first attempt starts from the snapshot this batch's prepare read (no second
+            # listing of the log): a commit made since then takes the version this one would,
+            # so this one fails and the next attempt reads the log again and decides.
+            reuse = attempt == 0 and self._prepared_at == batch_id and self._table is not None
+            table = self._table if reuse else self.table()
+            self._prepared_at = None
             # The check is made against the very snapshot the commit is based on: delta-rs
             # commits at its version + 1 or fails (no rebase), so nothing can slip in between.
             done = None if table is None else table.transaction_version(self.app_id)

@@ -10,6 +10,7 @@ Not a case itself (the leading underscore keeps it out of ``benchmarks.run``'s l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -25,11 +26,16 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def run_engine(module: str, engine: str, ctx: CaseContext, params: dict[str, Any],
-               workdir: Path, timeout: float = 1800.0) -> dict[str, Any]:
+               workdir: Path, timeout: float = 1800.0, *,
+               sample_tree: bool = False) -> dict[str, Any]:
     """Run ``<module>.engine_main(engine, ctx, params)`` in a fresh interpreter; its result.
 
     The child's output goes to ``<workdir>/<engine>.log``; a failure raises with the log's tail.
+    ``sample_tree``: add the child's process tree's CPU and memory (``TreeSampler.figures``),
+    sampled from this process so that the sampling is not the engine's own work.
     """
+    from benchmarks.cases._tree import TreeSampler
+
     workdir.mkdir(parents=True, exist_ok=True)
     result = workdir / f"{engine}.result.json"
     log = workdir / f"{engine}.log"
@@ -41,14 +47,21 @@ def run_engine(module: str, engine: str, ctx: CaseContext, params: dict[str, Any
                           "params": params, "result": str(result)})
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     with open(log, "w") as out:
-        proc = subprocess.run([sys.executable, "-c", code], input=payload, text=True,
-                              stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                              timeout=timeout, check=False)
+        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True,
+                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        sampler = TreeSampler(proc.pid) if sample_tree else contextlib.nullcontext(None)
+        with sampler as tree:
+            try:
+                proc.communicate(payload, timeout=timeout)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
     if proc.returncode != 0 or not result.exists():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"{module} engine {engine!r} failed (exit {proc.returncode}); "
                            f"log {log}:\n{tail}")
-    return json.loads(result.read_text())
+    return {**json.loads(result.read_text()), **(tree.figures() if tree is not None else {})}
 
 
 def kafka_connector_jars() -> list[str]:

@@ -9,21 +9,20 @@ transactions), RocksDB state with changelog topics, Parquet files on local disk.
 locally and keeps no remote state copy: this favours Quix.
 
 Input: the job's generator, 4 topics x 2 partitions, 1% bad records, produced once. Each engine
-runs in its own process tree, sampled every 0.25 s with psutil for CPU seconds (user + system
-of every process of the tree) and peak summed RSS. Reported: records/s, records/s per core
-(ours uses 2 cores, Quix one), records per CPU-second (the cost view, independent of how many
-cores were busy), CPU seconds, peak RSS, ours' time from process start to the first committed
-batch. Checked: the two outputs compared row by row on every compared column (must be equal).
+runs in its own process tree, sampled from the case's process (``benchmarks.cases._tree``)
+every 0.25 s with psutil for CPU seconds (user + system of every process of the tree) and peak
+summed RSS, every second for PSS. Reported: records/s, records/s per core (ours uses 2 cores,
+Quix one), records per CPU-second (the cost view, independent of how many cores were busy),
+CPU seconds, peak RSS, ours' time from process start to the first committed batch. Checked:
+the two outputs compared row by row on every compared column (must be equal).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,6 +35,7 @@ from benchmarks.cases._streaming import (
     run_query,
     two_engine_session,
 )
+from benchmarks.cases._tree import TreeSampler
 from benchmarks.common import CaseContext, Result
 
 QUIX_VERSION = "3.28.1"
@@ -46,96 +46,6 @@ IDLE_TIMEOUT = "10 minutes"
 OUR_CORES, QUIX_CORES = 2, 1
 COMPARED = ("kind", "site", "date", "session", "seq", "applied_seq", "op", "row", "values",
             "topic", "partition", "offset", "reason")
-
-
-class TreeSampler:
-    """CPU seconds and peak summed RSS of process ``pid`` and all its descendants, sampled
-    every ``interval`` seconds (each process's last seen CPU time counts once). Also the peak
-    summed PSS: forked Python workers share their parent daemon's pages, which summed RSS
-    counts once per process and PSS divides among the processes sharing them."""
-
-    def __init__(self, pid: int, interval: float = 0.25) -> None:
-        self.pid, self.interval = pid, interval
-        self.cpu: dict[tuple[int, float], float] = {}
-        self.cpu_kind: dict[tuple[int, float], str] = {}
-        self.peak_mb = 0.0
-        self.peak_pss_mb = 0.0
-        self.peak_parts: dict[str, float] = {}
-        """At the peak: MiB of the JVMs and of the Python processes, and how many of each."""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
-
-    @property
-    def cpu_seconds(self) -> float:
-        return sum(self.cpu.values())
-
-    def cpu_by_kind(self) -> dict[str, float]:
-        """CPU seconds by kind of process (JVM, Python driver, Python workers, ...)."""
-        out: dict[str, float] = {}
-        for key, seconds in self.cpu.items():
-            kind = self.cpu_kind.get(key, "?")
-            out[kind] = round(out.get(kind, 0.0) + seconds, 1)
-        return out
-
-    def sample(self) -> None:
-        import psutil
-
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return
-        rss = pss = 0
-        parts: dict[str, float] = {}
-        seen: dict[int, int] = {}
-        for proc in procs:
-            try:
-                with proc.oneshot():
-                    times = proc.cpu_times()
-                    self.cpu[(proc.pid, proc.create_time())] = times.user + times.system
-                    mine = proc.memory_info().rss
-                    shared = getattr(proc.memory_full_info(), "pss", mine)
-                    parent = proc.ppid()
-                    kind = _kind(proc)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            seen[proc.pid] = mine
-            pss += shared
-            if mine > 2**26 and seen.get(parent) == mine:
-                continue  # a child the JVM is spawning shares its memory until exec: count once
-            rss += mine
-            self.cpu_kind[(proc.pid, proc.create_time())] = kind
-            parts[kind] = parts.get(kind, 0.0) + mine / 2**20
-            parts[f"{kind} processes"] = parts.get(f"{kind} processes", 0) + 1
-        self.peak_pss_mb = max(self.peak_pss_mb, pss / 2**20)
-        if rss / 2**20 > self.peak_mb:
-            self.peak_mb, self.peak_parts = rss / 2**20, parts
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def __enter__(self) -> TreeSampler:
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
-def _kind(proc: Any) -> str:
-    """A short label of a process of an engine's tree: ``jvm`` or which Python program."""
-    if "java" in proc.name():
-        return "jvm"
-    argv = proc.cmdline()
-    if "-m" in argv[:-1]:
-        return f"python -m {argv[argv.index('-m') + 1]}"
-    if "-c" in argv[:-1]:
-        return "python -c (driver)"
-    script = next((a for a in argv[1:] if a.endswith(".py")), "")
-    return f"python {Path(script).name}" if script else "python"
 
 
 def quix_python() -> Path:
@@ -158,28 +68,22 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
 
     born = params["process_started"]
     work = Path(params["work"])
-    with TreeSampler(os.getpid()) as tree:
-        spark = two_engine_session("peer", engine, ctx, params, 8, __name__, main_job=True)
-        try:
-            opts = JobOptions(bootstrap=ctx.bootstrap, output=params["ours_output"],
-                              state_location=params["ours_state"],
-                              checkpoint=str(work / "cp-ours"), topic_pattern=params["pattern"],
-                              storage_options=ctx.storage_options,
-                              max_offsets_per_trigger=params["per_batch"],
-                              snapshot_every=SNAPSHOT_EVERY, idle_timeout=IDLE_TIMEOUT,
-                              query_name="bench-peer")
-            started = time.time()
-            query, processor = start_job(spark, opts, once=True)
-            figures = run_query(query, params["records"], processor=processor)
-            first = query.recentProgress[0] if query.recentProgress else {}
-        finally:
-            spark.stop()
+    spark = two_engine_session("peer", engine, ctx, params, 8, __name__, main_job=True)
+    try:
+        opts = JobOptions(bootstrap=ctx.bootstrap, output=params["ours_output"],
+                          state_location=params["ours_state"],
+                          checkpoint=str(work / "cp-ours"), topic_pattern=params["pattern"],
+                          storage_options=ctx.storage_options,
+                          max_offsets_per_trigger=params["per_batch"],
+                          snapshot_every=SNAPSHOT_EVERY, idle_timeout=IDLE_TIMEOUT,
+                          query_name="bench-peer")
+        started = time.time()
+        query, processor = start_job(spark, opts, once=True)
+        figures = run_query(query, params["records"], processor=processor)
+        first = query.recentProgress[0] if query.recentProgress else {}
+    finally:
+        spark.stop()
     figures["timeline"] = batch_timeline(processor, first, started)
-    figures["cpu_s"] = tree.cpu_seconds
-    figures["cpu_by_kind"] = tree.cpu_by_kind()
-    figures["peak_rss_mb"] = tree.peak_mb
-    figures["peak_pss_mb"] = tree.peak_pss_mb
-    figures["peak_rss_parts"] = {k: round(v, 1) for k, v in tree.peak_parts.items()}
     # The first batch's trigger started at its "timestamp" and took triggerExecution ms.
     if first:
         from datetime import datetime
@@ -233,9 +137,7 @@ def _run_quix(ctx: CaseContext, params: dict[str, Any], work: Path) -> dict[str,
         raise RuntimeError(f"the Quix Streams app failed (exit {code}):\n{tail}")
     result = json.loads(Path(spec["result"]).read_text())
     seconds = result["seconds"]
-    return {**result, "records_per_s": result["records"] / seconds, "cpu_s": tree.cpu_seconds,
-            "peak_rss_mb": tree.peak_mb, "peak_pss_mb": tree.peak_pss_mb,
-            "peak_rss_parts": tree.peak_parts}
+    return {**result, "records_per_s": result["records"] / seconds, **tree.figures()}
 
 
 def _quix_rows(work: Path) -> list[dict[str, Any]]:
@@ -273,7 +175,7 @@ def run(ctx: CaseContext) -> list[Result]:
                               "process_started": time.time(),
                               "ours_output": ctx.s3_url(prefix, "ours-output"),
                               "ours_state": ctx.s3_url(prefix, "ours-state")}
-    ours = run_engine(__name__, "ours", ctx, params, work)
+    ours = run_engine(__name__, "ours", ctx, params, work, sample_tree=True)
     quix = _run_quix(ctx, params, work)
     if ours["records"] != records or quix["records"] != records:
         raise RuntimeError(f"engines read {ours['records']} / {quix['records']} records, "

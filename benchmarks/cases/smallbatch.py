@@ -15,7 +15,6 @@ state commit). Peak RSS of the engine's process tree.
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cases._streaming import create_topic, run_engine, run_query, two_engine_session
-from benchmarks.cases.peer import TreeSampler
 from benchmarks.common import CaseContext, Result, percentile
 
 PER_BATCH = 1_200
@@ -39,20 +37,17 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
     from orderedstream.statestore.ordered.plan import EXTRA_KEY
 
     work = Path(params["work"])
-    with TreeSampler(os.getpid()) as tree:
-        spark = two_engine_session("smallbatch", engine, ctx, params, 12, __name__,
-                                   main_job=True)
-        try:
-            opts = JobOptions(bootstrap=ctx.bootstrap, output=params["output"],
-                              state_location=params["state"], checkpoint=str(work / "cp"),
-                              topic_pattern=params["pattern"],
-                              storage_options=ctx.storage_options,
-                              max_offsets_per_trigger=PER_BATCH, query_name="bench-small")
-            query, processor = start_job(spark, opts, once=True)
-            figures = run_query(query, params["records"], processor=processor)
-            progress = [p for p in query.recentProgress if p.get("numInputRows")]
-        finally:
-            spark.stop()
+    spark = two_engine_session("smallbatch", engine, ctx, params, 12, __name__, main_job=True)
+    try:
+        opts = JobOptions(bootstrap=ctx.bootstrap, output=params["output"],
+                          state_location=params["state"], checkpoint=str(work / "cp"),
+                          topic_pattern=params["pattern"], storage_options=ctx.storage_options,
+                          max_offsets_per_trigger=PER_BATCH, query_name="bench-small")
+        query, processor = start_job(spark, opts, once=True)
+        figures = run_query(query, params["records"], processor=processor)
+        progress = [p for p in query.recentProgress if p.get("numInputRows")]
+    finally:
+        spark.stop()
     # The tasks' own figures, read back from the commit log once the job is over: this
     # harness's reading is not the job's memory or CPU.
     tasks: list[dict[str, Any]] = []
@@ -71,11 +66,6 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
                           if all(k in t["metrics"] for t in tasks)} if tasks else {}
     figures["records_per_task"] = (statistics.median(t["records"] for t in tasks)
                                    if tasks else 0)
-    figures["peak_rss_mb"] = tree.peak_mb
-    figures["peak_pss_mb"] = tree.peak_pss_mb
-    figures["peak_rss_parts"] = {k: round(v, 1) for k, v in tree.peak_parts.items()}
-    figures["cpu_s"] = tree.cpu_seconds
-    figures["cpu_by_kind"] = tree.cpu_by_kind()
     return figures
 
 
@@ -95,7 +85,7 @@ def run(ctx: CaseContext) -> list[Result]:
     params = {"work": str(work), "kafka_jars": [], "pattern": f"{prefix}-.*",
               "records": stats.records, "process_started": time.time(),
               "output": ctx.s3_url(prefix, "output"), "state": ctx.s3_url(prefix, "state")}
-    ours = run_engine(__name__, "ours", ctx, params, work)
+    ours = run_engine(__name__, "ours", ctx, params, work, sample_tree=True)
     warm = ours["batch_ms"][1:]
     if not warm:
         raise RuntimeError(f"only {len(ours['batch_ms'])} batch(es) ran; need 2 or more")

@@ -119,7 +119,8 @@ class Committer(PartitionDB):
                 if not os.path.exists(target):
                     os.link(local, target)
             copy.state = CopyState(version=version, manifest=manifest_rel, dirty=False,
-                                   db=copy.state.db, files=new_files, changelog=list(chain))
+                                   db=copy.state.db, files=new_files, changelog=list(chain),
+                                   checkpoint=list(files))
             copy.save()
             self._base_files = files
             keep = {cache_name(e) for e in [*old, *manifest.remote_entries()]}
@@ -187,6 +188,8 @@ class Committer(PartitionDB):
         """A changelog version: flush locally (the local copy must hold what it claims once
         marked clean), upload this version's write log, keep the checkpoint files as they
         are."""
+        if self._base_files is None and copy.state.checkpoint is not None:
+            self._base_files = tuple(copy.state.checkpoint)  # what the parent manifest lists
         if self._base_files is None:
             base = copy.state.manifest
             if base is None:

@@ -33,6 +33,10 @@ class CopyState:
     """local SST name -> its remote entry, for the lineage of the current DB."""
     changelog: list[FileEntry] = field(default_factory=list)
     """Changelogs (changelog mode) applied since the checkpoint ``files`` came from."""
+    checkpoint: list[FileEntry] | None = None
+    """Every file of that checkpoint as its manifests list it (inlined ones too): what the
+    next changelog version's manifest names, so it need not read its parent's manifest back
+    from storage. None in copies written before it: the manifest is read then."""
 
     def to_json(self) -> str:
         # "held_version", not "version": copies written since values may be stored bare
@@ -41,15 +45,20 @@ class CopyState:
         return json.dumps({"held_version": self.version, "manifest": self.manifest,
                            "dirty": self.dirty, "db": self.db,
                            "files": {k: v.__dict__ for k, v in self.files.items()},
-                           "changelog": [e.__dict__ for e in self.changelog]})
+                           "changelog": [e.__dict__ for e in self.changelog],
+                           "checkpoint": (None if self.checkpoint is None
+                                          else [e.__dict__ for e in self.checkpoint])})
 
     @classmethod
     def from_json(cls, text: str) -> CopyState:
         data = json.loads(text)
         version = data["held_version"] if "held_version" in data else data["version"]
+        checkpoint = data.get("checkpoint")
         return cls(version=version, manifest=data["manifest"], dirty=data["dirty"],
                    db=data["db"], files={k: FileEntry(**v) for k, v in data["files"].items()},
-                   changelog=[FileEntry(**e) for e in data.get("changelog", [])])
+                   changelog=[FileEntry(**e) for e in data.get("changelog", [])],
+                   checkpoint=(None if checkpoint is None
+                               else [FileEntry(**e) for e in checkpoint]))
 
 
 class LocalCopy:

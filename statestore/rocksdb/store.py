@@ -113,6 +113,7 @@ class RocksDBStateStore(StateStoreBase):
                 db = f"db-{uuid.uuid4().hex[:12]}"
                 files = {}
                 chain = []
+                checkpoint = None
                 if rel is None:
                     os.makedirs(os.path.join(copy.dir, db))
                 else:
@@ -126,8 +127,9 @@ class RocksDBStateStore(StateStoreBase):
                     self._build(manifest, copy.cache_dir, os.path.join(copy.dir, db))
                     files = {e.name: e for e in manifest.sst_entries()}
                     chain = list(manifest.changelog)
+                    checkpoint = list(manifest.files)
                 copy.state = CopyState(version=version, manifest=rel, dirty=False, db=db,
-                                       files=files, changelog=chain)
+                                       files=files, changelog=chain, checkpoint=checkpoint)
                 copy.save()
                 copy.remove_stale({cache_name(e) for e in [*files.values(), *chain]})
             part = RocksDBStatePartition(

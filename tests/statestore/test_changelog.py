@@ -171,3 +171,47 @@ def test_damaged_write_logs_are_refused_by_replay(tmp_path) -> None:  # type: ig
     with pytest.raises(CorruptStateError, match="cannot be decompressed|does not start"):
         replay(db, str(tmp_path / "foreign.log"), family)
     db.close()
+
+
+def test_a_reused_copy_names_its_checkpoint_without_reading_the_parent_manifest(
+        make_store: Factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local copy records its checkpoint's files (``state.json``): a changelog version
+    opened from it writes its manifest without one more read of storage. A copy written
+    before that record existed still works: it reads the parent manifest instead."""
+    import json
+
+    from orderedstream.statestore.rocksdb import committer
+
+    reads: list[str] = []
+    real = committer.read_manifest
+
+    def counted(fs, root, rel):  # type: ignore[no-untyped-def]
+        reads.append(rel)
+        return real(fs, root, rel)
+
+    monkeypatch.setattr(committer, "read_manifest", counted)
+    store = make_store("w", changelog=True, snapshot_interval=10)
+    expected: dict[str, object] = {}
+    for version in range(4):  # each version opened anew from the local copy, as a batch does
+        with store.open(0, version - 1 if version else EMPTY_VERSION) as part:
+            write_version(part, version, expected)
+            assert part.commit(version).changelog == (version > 0)
+            assert store.last_restore is not None
+            assert store.last_restore.reused_local == (version > 0)
+    assert reads == []
+    files = [store.read_manifest(0, v).files for v in range(4)]
+    assert files[1] == files[2] == files[3] == files[0] and files[0]
+    # A copy from before the record: the parent manifest is read, the result is the same.
+    state_json = os.path.join(store.local_copy_dir(0), "state.json")
+    with open(state_json) as handle:
+        data = json.load(handle)
+    assert [e["name"] for e in data["checkpoint"]] == [f.name for f in files[0]]
+    del data["checkpoint"]
+    with open(state_json, "w") as handle:
+        json.dump(data, handle)
+    with store.open(0, 3) as part:
+        write_version(part, 4, expected)
+        assert part.commit(4).changelog
+    assert len(reads) == 1 and store.read_manifest(0, 4).files == files[0]
+    with make_store("reader", changelog=True, snapshot_interval=10).open(0, 4) as restored:
+        assert state_of(restored) == expected

@@ -1,0 +1,113 @@
+"""CPU and memory of an engine's whole process tree, sampled from outside it.
+
+Every engine of a side-by-side case is sampled by the case's own process, never by a thread of
+the engine's: the sampler's work (``/proc`` reads, the GIL of the process it runs in) is then
+neither counted in the engine's CPU nor taken from the engine's interpreter. Reading a
+process's PSS (``smaps_rollup``) walks its page tables, about 10 ms of CPU for Spark's JVM, so
+PSS is read once every ``pss_every`` samples; RSS and CPU (cheap) at every one.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+
+class TreeSampler:
+    """CPU seconds and peak summed RSS of process ``pid`` and all its descendants, sampled
+    every ``interval`` seconds (each process's last seen CPU time counts once). Also the peak
+    summed PSS: forked Python workers share their parent daemon's pages, which summed RSS
+    counts once per process and PSS divides among the processes sharing them."""
+
+    def __init__(self, pid: int, *, interval: float = 0.25, pss_every: int = 4) -> None:
+        self.pid, self.interval, self.pss_every = pid, interval, max(1, pss_every)
+        self.cpu: dict[tuple[int, float], float] = {}
+        self.cpu_kind: dict[tuple[int, float], str] = {}
+        self.peak_mb = 0.0
+        self.peak_pss_mb = 0.0
+        self.peak_parts: dict[str, float] = {}
+        """At the peak: MiB of the JVMs and of the Python processes, and how many of each."""
+        self._samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self.cpu.values())
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds by kind of process (JVM, Python driver, Python workers, ...)."""
+        out: dict[str, float] = {}
+        for key, seconds in self.cpu.items():
+            kind = self.cpu_kind.get(key, "?")
+            out[kind] = round(out.get(kind, 0.0) + seconds, 1)
+        return out
+
+    def figures(self) -> dict[str, Any]:
+        """The figures a case reports: CPU (total and by kind), peak RSS and its parts, PSS."""
+        return {"cpu_s": self.cpu_seconds, "cpu_by_kind": self.cpu_by_kind(),
+                "peak_rss_mb": self.peak_mb, "peak_pss_mb": self.peak_pss_mb,
+                "peak_rss_parts": {k: round(v, 1) for k, v in self.peak_parts.items()}}
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        with_pss = self._samples % self.pss_every == 0
+        self._samples += 1
+        rss = pss = 0
+        parts: dict[str, float] = {}
+        seen: dict[int, int] = {}
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    self.cpu[(proc.pid, proc.create_time())] = times.user + times.system
+                    mine = proc.memory_info().rss
+                    shared = getattr(proc.memory_full_info(), "pss", mine) if with_pss else 0
+                    parent = proc.ppid()
+                    kind = _kind(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            seen[proc.pid] = mine
+            pss += shared
+            if mine > 2**26 and seen.get(parent) == mine:
+                continue  # a child the JVM is spawning shares its memory until exec: count once
+            rss += mine
+            self.cpu_kind[(proc.pid, proc.create_time())] = kind
+            parts[kind] = parts.get(kind, 0.0) + mine / 2**20
+            parts[f"{kind} processes"] = parts.get(f"{kind} processes", 0) + 1
+        self.peak_pss_mb = max(self.peak_pss_mb, pss / 2**20)
+        if rss / 2**20 > self.peak_mb:
+            self.peak_mb, self.peak_parts = rss / 2**20, parts
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> TreeSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _kind(proc: Any) -> str:
+    """A short label of a process of an engine's tree: ``jvm`` or which Python program."""
+    if "java" in proc.name():
+        return "jvm"
+    argv = proc.cmdline()
+    if "-m" in argv[:-1]:
+        return f"python -m {argv[argv.index('-m') + 1]}"
+    if "-c" in argv[:-1]:
+        return "python -c (driver)"
+    script = next((a for a in argv[1:] if a.endswith(".py")), "")
+    return f"python {Path(script).name}" if script else "python"
