@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import os
 import sys
+import uuid
 from typing import Any
 
 from pyspark import cloudpickle
@@ -16,6 +17,7 @@ from orderedstream.statestore.ordered import OrderedStateful
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+FRESH_POOL = "ORDEREDSTREAM_TEST_WORKER_POOL"
 RECORDS, PER_BATCH = 40, 10  # one Kafka partition: batches of offsets 0-9, 10-19, 20-29, 30-39
 
 
@@ -56,8 +58,16 @@ def _run(spark: Any, kafka: Any, topic: Any, s3: Any, s3_url: str, tmp_path: Any
 
 def test_the_stage_builds_its_arrow_output_without_importing_pandas(
         spark, kafka, topic, s3, s3_url, tmp_path) -> None:
-    rows = _run(spark, kafka, topic, s3, s3_url, tmp_path, report_imports,
-                "key string, offset long, pid long, pandas boolean", "ranges")
+    # Workers of this test only: Spark pools Python workers by their environment, and a
+    # worker an earlier test of this session reused may have imported pandas for its own
+    # functions (a flaky pass or failure that says nothing about the stage).
+    environment = spark.sparkContext.environment
+    environment[FRESH_POOL] = uuid.uuid4().hex
+    try:
+        rows = _run(spark, kafka, topic, s3, s3_url, tmp_path, report_imports,
+                    "key string, offset long, pid long, pandas boolean", "ranges")
+    finally:
+        environment.pop(FRESH_POOL, None)
     assert sorted(r["offset"] for r in rows) == list(range(RECORDS))
     batches_by_pid = collections.defaultdict(set)
     for r in rows:
