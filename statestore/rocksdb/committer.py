@@ -122,7 +122,6 @@ class Committer(PartitionDB):
                                    db=copy.state.db, files=new_files, changelog=list(chain),
                                    checkpoint=list(files))
             copy.save()
-            self._base_files = files
             keep = {cache_name(e) for e in [*old, *manifest.remote_entries()]}
         finally:
             cleanup()
@@ -188,16 +187,15 @@ class Committer(PartitionDB):
         """A changelog version: flush locally (the local copy must hold what it claims once
         marked clean), upload this version's write log, keep the checkpoint files as they
         are."""
-        if self._base_files is None and copy.state.checkpoint is not None:
-            self._base_files = tuple(copy.state.checkpoint)  # what the parent manifest lists
-        if self._base_files is None:
+        if copy.state.checkpoint is None:  # a copy written before it recorded its checkpoint
             base = copy.state.manifest
             if base is None:
                 raise InvariantError(
                     f"changelog version {version} of state partition {self.partition} at "
                     f"{self._location.url} has no checkpoint to apply to: the local copy "
                     f"holds version {copy.state.version} without a manifest")
-            self._base_files = read_manifest(self._fs, self._root, base).files
+            copy.state.checkpoint = list(read_manifest(self._fs, self._root, base).files)
+        checkpoint = tuple(copy.state.checkpoint)  # what the parent manifest lists
         if self._log is None:  # no write at all this version: an empty log keeps the chain
             self._log = self._new_log(copy)
         log, self._log = self._log, None
@@ -218,7 +216,7 @@ class Committer(PartitionDB):
         result = UploadResult(entries=[entry], new_files={remote: log.path}, files_uploaded=1,
                               files_reused=len(copy.state.files) + len(chain) - 1,
                               bytes_uploaded=size)
-        return result, self._base_files, chain, flushed, log.discard
+        return result, checkpoint, chain, flushed, log.discard
 
     def commit(self, version: int, *, writer: str | None = None) -> CommitMetrics:
         started = time.perf_counter()

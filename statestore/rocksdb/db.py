@@ -28,7 +28,6 @@ from orderedstream.core.errors import (
     StateValueError,
 )
 from orderedstream.statestore.base import Codec, CommitCandidate, Key, StatePartition
-from orderedstream.statestore.manifest import FileEntry
 from orderedstream.statestore.options import StateLocation, StateStoreOptions
 from orderedstream.statestore.rocksdb.changelog import ChangelogWriter
 from orderedstream.statestore.rocksdb.localcopy import LocalCopy
@@ -187,8 +186,6 @@ class PartitionDB(StatePartition):
         self._changelog_mode = options.changelog and not read_only
         self._log: ChangelogWriter | None = None
         """This version's write log (changelog mode; created by the first write)."""
-        self._base_files: tuple[FileEntry, ...] | None = None
-        """Files of the checkpoint the local copy's changelogs apply to (read lazily)."""
         self._pending: rocksdict.WriteBatch | None = None
         """Blind ``put``s not yet in the DB (one space, bounded): see
         ``orderedstream.statestore.rocksdb.writes``."""
