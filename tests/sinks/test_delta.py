@@ -170,6 +170,39 @@ def test_new_versions_are_seen_despite_cached_listings(s3_table) -> None:
     assert committer.prepare(1, rows(0, 1).schema, lambda: {"t/0": [10, 20]}).batch_id == 1  # type: ignore[union-attr]
 
 
+_FIRST_LOOK = """
+import json, sys
+from orderedstream.sinks.deltalog import DeltaBatchLog
+url, opts = json.loads(sys.argv[1])
+log = DeltaBatchLog(url, opts, writer_id="w")
+missing = DeltaBatchLog(url + "-none", opts, writer_id="w")
+print(json.dumps({"latest": log.latest_version(), "batch": log.latest(),
+                  "missing": missing.latest_version(), "s3fs": "s3fs" in sys.modules}))
+"""
+
+
+def test_a_drivers_first_look_at_the_log_lists_it_without_s3fs(s3_table) -> None:
+    """A job's first batch finds the table's newest version with one listing of its log
+    (no ``_last_checkpoint`` yet) through obstore: the driver imports no s3fs for it (0.2-0.3 s
+    of batch 0 here). Objects below the log folder are not versions of it."""
+    import json
+
+    import fsspec
+
+    url, opts = s3_table("firstlook")
+    committer = DeltaCommitter(options(url, opts), app_id="w")
+    for batch_id in range(3):
+        commit(committer, batch_id, 10 * batch_id, 10, {"t/0": [10 * batch_id, 10 * batch_id + 10]})
+    fs = fsspec.filesystem("s3", **opts)
+    root = url.removeprefix("s3://")
+    assert not fs.exists(f"{root}/_delta_log/_last_checkpoint")
+    fs.pipe_file(f"{root}/_delta_log/_staged/00000000000000000009.json", b"{}")  # not a version
+    done = subprocess.run([sys.executable, "-c", _FIRST_LOOK, json.dumps([url, opts])],
+                          check=True, capture_output=True, text=True, timeout=120)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == {"latest": 2, "batch": 2, "missing": None, "s3fs": False}, found
+
+
 def test_file_statistics_are_safe_bounds(tmp_path) -> None:
     """Delta statistics collected while writing: a minimum never above, a maximum never below
     the data (timestamps to milliseconds, long strings, NaN), null counts exact; partition
