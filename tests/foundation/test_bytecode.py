@@ -34,4 +34,3 @@ def test_the_modules_a_worker_imports_are_compiled() -> None:
     states = {m: _bytecode_state(m) for m in ours}
     assert set(states.values()) == {"current"}, (
         f"{states}: scripts/bootstrap.sh compiles them (it runs before scripts/test)")
-
