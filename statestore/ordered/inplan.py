@@ -59,6 +59,11 @@ from orderedstream.core.pandaslazy import keep_pandas_lazy
 from orderedstream.python_datasource.client_config import KafkaSecrets
 from orderedstream.python_datasource.ranges import described, is_range_columns
 from orderedstream.sinks.options import FencedParquetOptions
+from orderedstream.statestore.ordered.inflight import (
+    in_order,
+    light_range,
+    partitions_in_flight,
+)
 from orderedstream.statestore.ordered.options import OrderedOptions
 from orderedstream.statestore.ordered.plan import (
     BatchPlan,
@@ -200,27 +205,34 @@ class StageTask:
 
     def _ranges(self, task: OrderedTask, batches: Iterator[pa.RecordBatch], dry_run: bool,
                 ) -> Iterator[pa.RecordBatch]:
-        done: set[str] = set()
-        for batch in batches:
-            for rng, reader_options in described(batch, self.kafka_secrets):
-                pid = partition_id(rng.topic, rng.partition)
-                if pid in done:
-                    raise OrderViolationError(
-                        f"Kafka {pid} appears twice in one task of batch "
-                        f"{task.plan.batch_id}: its range was split (orderedkafka "
-                        "minPartitions / maxRecordsPerPartition) or the ranges were "
-                        "repartitioned")
-                done.add(pid)
-                planned = (int(rng.start), int(rng.end))
-                if dry_run:
-                    yield _row(pid, planned, None)
-                    continue
-                slices = task.range_slices(rng, reader_options)
-                if slices is None:  # nothing to read: no commit, the range is still planned
-                    yield _row(pid, planned, None)
-                    continue
-                yield _row(pid, planned, task.run_partition(pid, slices),
-                           task.plan.base(pid))
+        def ranges() -> Iterator[tuple[str, Any, Any]]:
+            done: set[str] = set()
+            for batch in batches:
+                for rng, reader_options in described(batch, self.kafka_secrets):
+                    pid = partition_id(rng.topic, rng.partition)
+                    if pid in done:
+                        raise OrderViolationError(
+                            f"Kafka {pid} appears twice in one task of batch "
+                            f"{task.plan.batch_id}: its range was split (orderedkafka "
+                            "minPartitions / maxRecordsPerPartition) or the ranges were "
+                            "repartitioned")
+                    done.add(pid)
+                    yield pid, rng, reader_options
+
+        def run(item: tuple[str, Any, Any]) -> pa.RecordBatch:
+            pid, rng, reader_options = item
+            planned = (int(rng.start), int(rng.end))
+            if dry_run:
+                return _row(pid, planned, None)
+            slices = task.range_slices(rng, reader_options)
+            if slices is None:  # nothing to read: no commit, the range is still planned
+                task.head_read_s.pop(pid, None)
+                return _row(pid, planned, None)
+            return _row(pid, planned, task.run_partition(pid, slices), task.plan.base(pid))
+
+        # two ranges in flight (statestore.ordered.inflight); a dry run only describes them
+        yield from in_order(run, ranges(), depth=1 if dry_run else partitions_in_flight(),
+                            light=lambda item: light_range(item[1]))
 
     def _records(self, task: OrderedTask, batches: Iterator[pa.RecordBatch], dry_run: bool,
                  ) -> Iterator[pa.RecordBatch]:

@@ -7,12 +7,15 @@ record, before it reaches the Arrow conversion: a bare tuple of strings such as
 committed scrambled.
 
 ``as_rows`` turns one call's result into a list of rows (a list returned by the function is
-used as is; a generator is drained) and says what is wrong with it, or returns the rows.
+used as is; a generator is drained) and says what is wrong with it, or returns the rows;
+``to_batch`` turns a chunk of checked rows into one Arrow batch of ``output_schema``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import pyarrow as pa
 
 from orderedstream.core.errors import UserFunctionError
 
@@ -53,6 +56,46 @@ def refuse(problem: str, *, key: Any, where: str) -> UserFunctionError:
     return UserFunctionError(
         f"the ordered user function returned {problem} for key {_short(key)} at {where}: "
         f"{ACCEPTED}. Nothing of this batch was committed")
+
+
+def to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+    """Rows (tuples in schema order, or dicts by field name) as one Arrow batch;
+    UserFunctionError (naming ``output_schema``) for rows that do not fit it."""
+    cause: Exception | None = None
+    try:
+        first = rows[0]
+        if isinstance(first, (tuple, dict)):
+            # Tuples and dicts convert to a struct array in one C++ pass (from_pylist
+            # gathers each column in Python first: 1.5 vs 1.1 us per row of the main
+            # job). Anything unusual (None rows, rows of mixed kinds, a value that does
+            # not fit) takes the paths below, which behave as before and name it.
+            try:
+                struct = pa.array(rows, type=pa.struct(schema))
+                if struct.null_count == 0:
+                    return pa.RecordBatch.from_arrays(struct.flatten(), schema=schema)
+            except (ValueError, TypeError, pa.ArrowException):
+                pass
+        dicts = sum(isinstance(row, dict) for row in rows)
+        if 0 < dicts < len(rows):  # from_pylist would null the others; zip, take keys
+            kinds = sorted({type(row).__name__ for row in rows})
+            raise UserFunctionError(
+                f"the ordered user function returned rows of mixed kinds ({', '.join(kinds)})"
+                f" in one output chunk; output_schema {schema} takes either tuples in schema "
+                "order or dicts by field name")
+        if dicts:
+            return pa.RecordBatch.from_pylist(rows, schema=schema)
+        columns = list(zip(*rows, strict=True))
+        problem = None if len(columns) == len(schema) else f"rows have {len(columns)} fields"
+        if problem is None:
+            return pa.RecordBatch.from_arrays(
+                [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
+                schema=schema)
+    except (ValueError, TypeError, pa.ArrowException) as exc:
+        problem, cause = str(exc), exc
+    raise UserFunctionError(
+        f"the ordered user function returned rows that do not fit output_schema "
+        f"{schema} ({problem}); return tuples in schema order or dicts by field name"
+    ) from cause
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -13,6 +13,8 @@ For every Kafka (topic, partition) in its input (normally exactly one per task) 
 5. prepares the state candidate for version ``batch_id`` (attempt-unique manifest),
 6. yields one ``PartitionCommit`` (JSON) row: the driver publishes it in the commit record.
 
+With ``emit = ranges`` a task reads its ranges itself, two small ones at a time
+(``statestore.ordered.inflight``: the user function is still called by one thread at a time).
 Input is consumed as the Arrow batches Spark hands over (``maxRecordsPerBatch`` rows each);
 state keeps at most ``max_cached_keys`` decoded entries; output at most ``output_batch_rows``
 rows before they go to the writer. Nothing scales with the partition's size in memory.
@@ -29,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orderedstream.core.errors import OptionError, OrderViolationError, UserFunctionError
+from orderedstream.core.errors import OptionError, OrderViolationError
 from orderedstream.core.pandaslazy import keep_pandas_lazy
 from orderedstream.python_datasource.client_config import KafkaSecrets
 from orderedstream.python_datasource.ranges import described, is_range_columns
@@ -38,6 +40,12 @@ from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
 from orderedstream.statestore.base import EMPTY_VERSION
 from orderedstream.statestore.ordered.group_state import GroupState
+from orderedstream.statestore.ordered.inflight import (
+    exclusive,
+    in_order,
+    light_range,
+    partitions_in_flight,
+)
 from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, KeyedStateTable, decode_key
 from orderedstream.statestore.ordered.options import OrderedOptions
 from orderedstream.statestore.ordered.placement import (
@@ -53,7 +61,7 @@ from orderedstream.statestore.ordered.plan import (
     split_partition_id,
 )
 from orderedstream.statestore.ordered.records import RecordDecoder
-from orderedstream.statestore.ordered.rows import as_rows, refuse
+from orderedstream.statestore.ordered.rows import as_rows, refuse, to_batch
 from orderedstream.statestore.ordered.state_access import open_partition
 from orderedstream.statestore.ordered.timeouts import EventTimeTimeout, ProcessingTimeTimeout
 
@@ -261,45 +269,7 @@ class PartitionRun:
             self.first_offset = first
         self.last_offset = offsets[-1].as_py()
 
-    @staticmethod
-    def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
-        """Rows (tuples in schema order, or dicts by field name) as one Arrow batch;
-        UserFunctionError (naming ``output_schema``) for rows that do not fit it."""
-        cause: Exception | None = None
-        try:
-            first = rows[0]
-            if isinstance(first, (tuple, dict)):
-                # Tuples and dicts convert to a struct array in one C++ pass (from_pylist
-                # gathers each column in Python first: 1.5 vs 1.1 us per row of the main
-                # job). Anything unusual (None rows, rows of mixed kinds, a value that does
-                # not fit) takes the paths below, which behave as before and name it.
-                try:
-                    struct = pa.array(rows, type=pa.struct(schema))
-                    if struct.null_count == 0:
-                        return pa.RecordBatch.from_arrays(struct.flatten(), schema=schema)
-                except (ValueError, TypeError, pa.ArrowException):
-                    pass
-            dicts = sum(isinstance(row, dict) for row in rows)
-            if 0 < dicts < len(rows):  # from_pylist would null the others; zip, take keys
-                kinds = sorted({type(row).__name__ for row in rows})
-                raise UserFunctionError(
-                    f"the ordered user function returned rows of mixed kinds ({', '.join(kinds)})"
-                    f" in one output chunk; output_schema {schema} takes either tuples in schema "
-                    "order or dicts by field name")
-            if dicts:
-                return pa.RecordBatch.from_pylist(rows, schema=schema)
-            columns = list(zip(*rows, strict=True))
-            problem = None if len(columns) == len(schema) else f"rows have {len(columns)} fields"
-            if problem is None:
-                return pa.RecordBatch.from_arrays(
-                    [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
-                    schema=schema)
-        except (ValueError, TypeError, pa.ArrowException) as exc:
-            problem, cause = str(exc), exc
-        raise UserFunctionError(
-            f"the ordered user function returned rows that do not fit output_schema "
-            f"{schema} ({problem}); return tuples in schema order or dicts by field name"
-        ) from cause
+    _to_batch = staticmethod(to_batch)  # rows -> one Arrow batch (statestore.ordered.rows)
 
 
 class OrderedTask:
@@ -315,7 +285,7 @@ class OrderedTask:
         self.plan = plan
         self.sink = sink
         self.kafka_secrets = kafka_secrets if kafka_secrets is not None else KafkaSecrets()
-        self.head_read_s = 0.0  # time to the first records of the range read last
+        self.head_read_s: dict[str, float] = {}  # time to a range's first records
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keep_pandas_lazy()  # building output arrays must not import pandas (core.pandaslazy)
@@ -340,21 +310,34 @@ class OrderedTask:
 
     def _read_ranges(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``orderedkafka`` with ``emit = ranges``: read each described range here, in this
-        worker, and process it like the records mode would have delivered them."""
-        done: set[str] = set()
-        for batch in batches:
-            for rng, reader_options in described(batch, self.kafka_secrets):
-                pid = partition_id(rng.topic, rng.partition)
-                if pid in done:
-                    raise OrderViolationError(
-                        f"Kafka {pid} appears twice in one task of batch {self.plan.batch_id}: "
-                        "its range was split (orderedkafka minPartitions / "
-                        "maxRecordsPerPartition) or the ranges were repartitioned")
-                slices = self.range_slices(rng, reader_options)
-                if slices is None:  # nothing to read: no rows, as in records mode
-                    continue
-                done.add(pid)
-                commit = self.run_partition(pid, slices)
+        worker, and process it like the records mode would have delivered them (two ranges
+        in flight: ``statestore.ordered.inflight``)."""
+
+        def ranges() -> Iterator[tuple[str, Any, Any]]:
+            done: set[str] = set()
+            for batch in batches:
+                for rng, reader_options in described(batch, self.kafka_secrets):
+                    pid = partition_id(rng.topic, rng.partition)
+                    if pid in done:
+                        raise OrderViolationError(
+                            f"Kafka {pid} appears twice in one task of batch "
+                            f"{self.plan.batch_id}: its range was split (orderedkafka "
+                            "minPartitions / maxRecordsPerPartition) or the ranges were "
+                            "repartitioned")
+                    done.add(pid)
+                    yield pid, rng, reader_options
+
+        def run(item: tuple[str, Any, Any]) -> PartitionCommit | None:
+            pid, rng, reader_options = item
+            slices = self.range_slices(rng, reader_options)
+            if slices is None:
+                self.head_read_s.pop(pid, None)
+                return None
+            return self.run_partition(pid, slices)
+
+        for commit in in_order(run, ranges(), depth=partitions_in_flight(),
+                                 light=lambda item: light_range(item[1])):
+            if commit is not None:  # nothing to read: no rows, as in records mode
                 yield pa.RecordBatch.from_pylist([{"commit": commit.to_json()}],
                                                  schema=COMMIT_SCHEMA)
 
@@ -365,7 +348,8 @@ class OrderedTask:
         began = time.perf_counter()
         records = read_range(rng, reader_options)
         head = next(records, None)
-        self.head_read_s = time.perf_counter() - began  # reported with the partition's figures
+        # reported with the partition's figures (by partition: two ranges run at once)
+        self.head_read_s[partition_id(rng.topic, rng.partition)] = time.perf_counter() - began
         if head is None:
             return None
         self.options.check_input(head.schema.names)
@@ -389,7 +373,7 @@ class OrderedTask:
             opened = time.perf_counter()
             run = PartitionRun(self.options, self.func, self.plan, pid, base,
                                KeyedStateTable(part, self.options.max_cached_keys))
-            files = write_parquet_files(run.outputs(slices), self.sink,
+            files = write_parquet_files(exclusive(run.outputs(slices)), self.sink,
                                         attempt=f"{topic}-{number}-{attempt}")
             processed = time.perf_counter()
             candidate = part.prepare_commit(self.plan.batch_id, writer=attempt)
@@ -397,7 +381,7 @@ class OrderedTask:
         finally:
             part.close()
         finished = time.perf_counter()
-        head_read_s, self.head_read_s = self.head_read_s, 0.0  # of this partition's range
+        head_read_s = self.head_read_s.pop(pid, 0.0)  # of this partition's range
         metrics = {"started_at": round(time.time() - (finished - started), 3),  # epoch s
                    "pid": os.getpid(),
                    "head_read_s": round(head_read_s, 4),  # the range's first records
