@@ -136,11 +136,16 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
 
     cloudpickle.register_pickle_by_value(sys.modules[module])
     spark_side = engine == "spark"
+    # BENCH_EVENT_LOG=<folder>: Spark's event log of each engine (jobs, stages, tasks), to see
+    # where a batch's time goes (benchmarks/results/20261127-s18/stage_task_durations.py)
+    events = os.environ.get("BENCH_EVENT_LOG")
+    event_log = ({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events,
+                  "spark.eventLog.compress": "false"} if events else {})
     return spark_session(f"bench-{case}-{engine}", Path(params["work"]) / f"spark-{engine}",
                          shuffle_partitions,
                          kafka_jars=params["kafka_jars"] if spark_side else None,
                          s3a_endpoint=ctx.s3_endpoint if spark_side else None,
-                         conf={"spark.sql.session.timeZone": "UTC",
+                         conf={"spark.sql.session.timeZone": "UTC", **event_log,
                                **(JOB_CONF if main_job else {})},
                          java_options=(f"{JOB_JAVA_OPTIONS} {jvmarchive.java_options()}"
                                        if main_job else ""),

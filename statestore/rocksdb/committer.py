@@ -121,7 +121,7 @@ class Committer(PartitionDB):
             copy.state = CopyState(version=version, manifest=manifest_rel, dirty=False,
                                    db=copy.state.db, files=new_files, changelog=list(chain),
                                    checkpoint=list(files))
-            copy.save()
+            copy.save(durable=False)  # a clean marker: lost in a power cut, the copy restores
             keep = {cache_name(e) for e in [*old, *manifest.remote_entries()]}
         finally:
             cleanup()

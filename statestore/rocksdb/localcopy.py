@@ -115,13 +115,20 @@ class LocalCopy:
             state.dirty = True
         return state
 
-    def save(self) -> None:
+    def save(self, *, durable: bool = True) -> None:
+        """Write ``state.json`` (a new file renamed over the old one). ``durable=False`` skips
+        the fsync: for a marker whose loss in a power cut is safe, i.e. one that only says the
+        copy is clean. Lost, the copy reads as it was before it: the dirty marker written
+        (durably) before the first write of the batch, so the next open restores the version
+        from the object store instead of reusing the copy. The marker that says a copy is
+        dirty must reach the disk before the DB changes, so it stays durable."""
         path = os.path.join(self.dir, "state.json")
         tmp = path + ".tmp"
         with open(tmp, "w") as handle:
             handle.write(self.state.to_json())
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
 
     def db_path(self) -> str:
