@@ -80,9 +80,10 @@ def exclusive(batches: Iterator[R]) -> Iterator[R]:
 def in_order(work: Callable[[T], R], items: Iterable[T], *, depth: int,
              light: Callable[[T], bool] | None = None) -> Iterator[R]:
     """``work(item)`` for every item, up to ``depth`` at once in threads, results in the
-    items' order. ``light(item)`` False (a large range): the item runs alone, as with depth 1,
-    so memory stays what one partition needs. ``items`` is read in the caller's thread only.
-    An error is raised once the work in flight has finished; no item after it starts."""
+    items' order. ``light(item)`` False (a large range): the item runs alone in the caller's
+    thread, as with depth 1, so memory stays what one partition needs (the pool starts its
+    threads on first use only). ``items`` is read in the caller's thread only. An error is
+    raised once the work in flight has finished; no item after it starts."""
     if depth <= 1:
         for item in items:
             yield work(item)
@@ -94,9 +95,10 @@ def in_order(work: Callable[[T], R], items: Iterable[T], *, depth: int,
             alone = light is not None and not light(item)
             while pending and (alone or len(pending) >= depth):
                 yield pending.popleft().result()
+            if alone:  # in this thread, as with depth 1
+                yield work(item)
+                continue
             pending.append(pool.submit(work, item))
-            if alone:
-                yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
     finally:
