@@ -1,2 +1,0 @@
-7b9ebdee
-{"lastIndex":4,"lastTerm":0,"peers":[{"name":"127.0.0.1:40107.50107","connectionString":"127.0.0.1:50107"}],"state":"eyJtYXhWb2x1bWVJZCI6MCwidG9wb2xvZ3lJZCI6IjZjYzZiOWQ4LWVmMDItNGFhYi1hOTZhLWRiZmRmMGZlODI1NyJ9","path":"/work/main/benchmarks/results/20261127-s18/fin-1/services/s3/data/m40107/snapshot/0_4.ss"}

@@ -1,2 +1,0 @@
-da75e494
-{"lastIndex":4,"lastTerm":0,"peers":[{"name":"127.0.0.1:38747.48747","connectionString":"127.0.0.1:48747"}],"state":"eyJtYXhWb2x1bWVJZCI6MCwidG9wb2xvZ3lJZCI6IjA0NzQ4MTJjLWJjMWYtNGFmNC05MmRiLTkzMzcyNDA3ZGVlYiJ9","path":"/work/main/benchmarks/results/20261127-s18/fin-2/services/s3/data/m38747/snapshot/0_4.ss"}

@@ -1,2 +1,0 @@
-1259ef5c
-{"lastIndex":4,"lastTerm":0,"peers":[{"name":"127.0.0.1:34187.44187","connectionString":"127.0.0.1:44187"}],"state":"eyJtYXhWb2x1bWVJZCI6MCwidG9wb2xvZ3lJZCI6ImVmMmQwM2Q1LTBhYjktNDU3Zi1hM2NkLTJjOGVlZDM1ZWJlZCJ9","path":"/work/main/benchmarks/results/20261127-s18/fin-3/services/s3/data/m34187/snapshot/0_4.ss"}
