@@ -107,7 +107,8 @@ def test_closing_early_leaves_no_work_running() -> None:
     results = in_order(work, range(10), depth=2)
     assert next(results) == 0
     results.close()  # what Spark does with a task's iterator it stops reading
-    assert finished == [0, 1]  # the one in flight finished; nothing else started
+    # the one in flight finished (0 and 1 run side by side: either may end first); no other
+    assert sorted(finished) == [0, 1]
     assert not [t for t in threading.enumerate() if t.name.startswith("orderedstream-partition")]
 
 
