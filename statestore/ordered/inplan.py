@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 from orderedstream.core.errors import OptionError, OrderViolationError
 from orderedstream.core.pandaslazy import keep_pandas_lazy
 from orderedstream.python_datasource.client_config import KafkaSecrets
-from orderedstream.python_datasource.ranges import described, is_range_columns
+from orderedstream.python_datasource.ranges import is_range_columns
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.statestore.ordered.inflight import (
     in_order,
@@ -69,7 +69,6 @@ from orderedstream.statestore.ordered.plan import (
     BatchPlan,
     PartitionBase,
     PartitionCommit,
-    partition_id,
 )
 from orderedstream.statestore.ordered.runner import OrderedTask, UserFunction, _Runs
 
@@ -205,20 +204,6 @@ class StageTask:
 
     def _ranges(self, task: OrderedTask, batches: Iterator[pa.RecordBatch], dry_run: bool,
                 ) -> Iterator[pa.RecordBatch]:
-        def ranges() -> Iterator[tuple[str, Any, Any]]:
-            done: set[str] = set()
-            for batch in batches:
-                for rng, reader_options in described(batch, self.kafka_secrets):
-                    pid = partition_id(rng.topic, rng.partition)
-                    if pid in done:
-                        raise OrderViolationError(
-                            f"Kafka {pid} appears twice in one task of batch "
-                            f"{task.plan.batch_id}: its range was split (orderedkafka "
-                            "minPartitions / maxRecordsPerPartition) or the ranges were "
-                            "repartitioned")
-                    done.add(pid)
-                    yield pid, rng, reader_options
-
         def run(item: tuple[str, Any, Any]) -> pa.RecordBatch:
             pid, rng, reader_options = item
             planned = (int(rng.start), int(rng.end))
@@ -231,7 +216,8 @@ class StageTask:
             return _row(pid, planned, task.run_partition(pid, slices), task.plan.base(pid))
 
         # two ranges in flight (statestore.ordered.inflight); a dry run only describes them
-        yield from in_order(run, ranges(), depth=1 if dry_run else partitions_in_flight(),
+        depth = 1 if dry_run else partitions_in_flight()
+        yield from in_order(run, task.ranges(batches), depth=depth,
                             light=lambda item: light_range(item[1]))
 
     def _records(self, task: OrderedTask, batches: Iterator[pa.RecordBatch], dry_run: bool,

@@ -313,20 +313,6 @@ class OrderedTask:
         worker, and process it like the records mode would have delivered them (two ranges
         in flight: ``statestore.ordered.inflight``)."""
 
-        def ranges() -> Iterator[tuple[str, Any, Any]]:
-            done: set[str] = set()
-            for batch in batches:
-                for rng, reader_options in described(batch, self.kafka_secrets):
-                    pid = partition_id(rng.topic, rng.partition)
-                    if pid in done:
-                        raise OrderViolationError(
-                            f"Kafka {pid} appears twice in one task of batch "
-                            f"{self.plan.batch_id}: its range was split (orderedkafka "
-                            "minPartitions / maxRecordsPerPartition) or the ranges were "
-                            "repartitioned")
-                    done.add(pid)
-                    yield pid, rng, reader_options
-
         def run(item: tuple[str, Any, Any]) -> PartitionCommit | None:
             pid, rng, reader_options = item
             slices = self.range_slices(rng, reader_options)
@@ -335,11 +321,26 @@ class OrderedTask:
                 return None
             return self.run_partition(pid, slices)
 
-        for commit in in_order(run, ranges(), depth=partitions_in_flight(),
+        for commit in in_order(run, self.ranges(batches), depth=partitions_in_flight(),
                                  light=lambda item: light_range(item[1])):
             if commit is not None:  # nothing to read: no rows, as in records mode
                 yield pa.RecordBatch.from_pylist([{"commit": commit.to_json()}],
                                                  schema=COMMIT_SCHEMA)
+
+    def ranges(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, Any, Any]]:
+        """``(partition id, range, reader options)`` of each range the ``emit = ranges`` rows
+        describe; a Kafka partition described twice in one task is refused."""
+        done: set[str] = set()
+        for batch in batches:
+            for rng, reader_options in described(batch, self.kafka_secrets):
+                pid = partition_id(rng.topic, rng.partition)
+                if pid in done:
+                    raise OrderViolationError(
+                        f"Kafka {pid} appears twice in one task of batch {self.plan.batch_id}: "
+                        "its range was split (orderedkafka minPartitions / "
+                        "maxRecordsPerPartition) or the ranges were repartitioned")
+                done.add(pid)
+                yield pid, rng, reader_options
 
     def range_slices(self, rng: Any, reader_options: Any) -> Iterator[pa.RecordBatch] | None:
         """One described Kafka range read here (the same batches and checks as the source's
