@@ -63,3 +63,34 @@ def test_an_incomplete_archive_is_never_named(cache: Path) -> None:
     assert jvmarchive.usable() is None and jvmarchive.java_options() == ""
     path.with_suffix(".json").write_text(json.dumps({"size": 100}))
     assert jvmarchive.usable() == path
+
+
+def test_publishing_prunes_archives_no_jvm_will_name_again(cache: Path, tmp_path: Path) -> None:
+    """Each archive is about 170 MB: a newly published one deletes those of deleted installs
+    and the ones it supersedes for the same install and Java (earlier JVM options), and keeps
+    this install's archive for another Java."""
+    import pyspark  # noqa: F401  (the install the archives name)
+
+    from orderedstream.dev.services import sparkhome
+
+    cache.mkdir(parents=True)
+    mine, java = str(sparkhome.installed_home()), jvmarchive._java_home()
+
+    def archive(name: str, **note: str) -> Path:
+        path = cache / f"spark-{name}.jsa"
+        path.write_bytes(b"\0" * 64)
+        path.with_suffix(".json").write_text(json.dumps({"size": 64, **note}))
+        return path
+
+    keep = archive("current", pyspark=mine, java=java)
+    older = archive("older-options", pyspark=mine, java=java)
+    before_java_noted = archive("older-note", pyspark=mine)
+    other_java = archive("other-java", pyspark=mine, java=str(tmp_path / "another-jdk"))
+    deleted_clone = archive("deleted-clone", pyspark=str(tmp_path / "gone" / "pyspark"),
+                            java=java)
+    other_install = archive("other-install", pyspark=str(tmp_path), java=java)
+    jvmarchive._prune(keep)
+    left = sorted(p.name for p in cache.glob("*.jsa"))
+    assert left == sorted([keep.name, other_java.name, other_install.name]), left
+    for gone in (older, before_java_noted, deleted_clone):
+        assert not gone.exists() and not gone.with_suffix(".json").exists()

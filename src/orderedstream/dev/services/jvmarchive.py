@@ -87,6 +87,7 @@ def build(*, force: bool = False, timeout_s: float = 300.0) -> Path | None:
     without it). An existing complete archive is kept unless ``force``."""
     final = archive_path()
     if not force and usable(final):
+        _prune(final)
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f"{final.stem}.{os.getpid()}.tmp.jsa")
@@ -113,7 +114,8 @@ def build(*, force: bool = False, timeout_s: float = 300.0) -> Path | None:
         _note(final).unlink(missing_ok=True)  # never a note that names another file's size
         os.replace(tmp, final)
         note = _note(final).with_suffix(".json.tmp")
-        note.write_text(json.dumps({"size": size, "pyspark": str(sparkhome.installed_home())}))
+        note.write_text(json.dumps({"size": size, "pyspark": str(sparkhome.installed_home()),
+                                    "java": _java_home()}))
         os.replace(note, _note(final))
         _prune(final)
         return final
@@ -122,16 +124,23 @@ def build(*, force: bool = False, timeout_s: float = 300.0) -> Path | None:
 
 
 def _prune(keep: Path) -> None:
-    """Delete archives (about 170 MB each) of pyspark installs that no longer exist, e.g. of
-    deleted clones' virtual environments."""
+    """Delete the archives (about 170 MB each) that no JVM will name again: those of pyspark
+    installs that no longer exist (deleted clones' virtual environments), and those of this
+    install and Java that ``keep`` supersedes (built for earlier JVM options or Spark home:
+    every upgrade of the pack would otherwise leave one behind). An archive of this install
+    for another Java stays (a user may switch between JDKs)."""
+    mine = json.loads(_note(keep).read_text())
     for note in keep.parent.glob("spark-*.json"):
         if note == _note(keep):
             continue
         try:
-            owner = json.loads(note.read_text()).get("pyspark")
+            found = json.loads(note.read_text())
+            owner, java = found.get("pyspark"), found.get("java")
         except (OSError, ValueError, AttributeError):
             continue
-        if owner and not os.path.isdir(owner):
+        gone = bool(owner) and not os.path.isdir(owner)
+        superseded = owner == mine.get("pyspark") and java in (None, mine.get("java"))
+        if gone or superseded:
             note.with_suffix(".jsa").unlink(missing_ok=True)
             note.unlink(missing_ok=True)
 
@@ -182,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="jvm archive: %(message)s")
     force, announce = "--force" in args, "--announce" in args
-    if announce and not force and usable():
+    ready = None if force else usable()
+    if announce and ready is not None:
+        _prune(ready)  # what earlier versions of the pack built for this install goes
         return 0
     if announce:
         print("bootstrap: building the driver JVM's class archive (once per pyspark and Java; "
