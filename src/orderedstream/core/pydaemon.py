@@ -7,6 +7,12 @@ pyspark modules it imports (0.6-0.8 s of CPU per process here, ``python -X impor
 module is ``spark.python.daemon.module`` of the pack's sessions: it drops the zip from the path
 only when the zip belongs to the pyspark package that the rest of the path imports (so the code
 run is the same), then runs pyspark's own daemon unchanged.
+
+Spark also puts the jar of its own ``PythonUtils`` class (``spark-core``, about 6,000 entries,
+no Python in it) on every Python path. Each worker's first task adds Spark's files folder to
+the path and calls ``importlib.invalidate_caches()``, which re-reads that jar's central
+directory in pure Python for every ``zipimporter`` made on it: 44-58 ms of CPU per new worker
+here. The installed pyspark's own jars are dropped with the zip, on the same condition.
 """
 
 from __future__ import annotations
@@ -31,10 +37,26 @@ def installed_zip_entries(path: list[str]) -> list[str]:
             if os.path.realpath(os.path.join(os.path.dirname(z), "..", "..")) == package]
 
 
+def installed_jar_entries(path: list[str]) -> list[str]:
+    """Entries of ``path`` that are jars of the installed pyspark package's ``jars`` folder
+    (Spark adds ``spark-core``'s), when pyspark itself is found on the rest of ``path``."""
+    jars = [p for p in path if p.endswith(".jar")]
+    if not jars:
+        return []
+    rest = [p for p in path if p not in jars]
+    spec = importlib.machinery.PathFinder.find_spec("pyspark", rest)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    folder = os.path.join(os.path.realpath(list(spec.submodule_search_locations)[0]), "jars")
+    return [j for j in jars if os.path.dirname(os.path.realpath(j)) == folder]
+
+
 def main() -> None:
     """Run ``pyspark.daemon`` with the installed pyspark's compiled modules."""
-    for entry in installed_zip_entries(sys.path):
+    for entry in [*installed_zip_entries(sys.path), *installed_jar_entries(sys.path)]:
         sys.path.remove(entry)
+    for key in [k for k in sys.path_importer_cache if k.endswith(".jar") or ".jar/" in k]:
+        del sys.path_importer_cache[key]  # zipimporters made on the dropped jars
     from pyspark.daemon import manager
 
     manager()
