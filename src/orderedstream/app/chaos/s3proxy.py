@@ -47,6 +47,10 @@ class FaultyS3Proxy:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._server: asyncio.base_events.Server | None = None
+        # asyncio keeps only weak references to tasks, and a connection's protocol drops its
+        # handler task once the client hangs up: a handler still closing its upstream would
+        # be collected half-way ("Task was destroyed but it is pending!").
+        self._handlers: set[asyncio.Task[None]] = set()
 
     @property
     def endpoint(self) -> str:
@@ -60,10 +64,15 @@ class FaultyS3Proxy:
         return self
 
     def stop(self) -> None:
-        if self._loop is not None:
+        """Stop serving; connections still open are ended (a second call does nothing)."""
+        if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def open_handlers(self) -> int:
+        """Connections the proxy is still handling."""
+        return len(self._handlers)
 
     def _serve(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -97,6 +106,18 @@ class FaultyS3Proxy:
         return "pass"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        try:
+            await self._exchange(reader, writer)
+        except asyncio.CancelledError:  # the proxy stops: asyncio's streams would report a
+            pass  # cancelled handler as an error ("Exception in callback ...")
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                        ) -> None:
+        """One request: decide its fault, then answer, drop or forward it."""
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
@@ -187,9 +208,22 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             remaining -= len(chunk)
 
 
+_CLOSE_WAIT_S = 2.0
+"""How long a connection's orderly close may wait before it is aborted."""
+
+
 async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer``'s connection. Unsent data (an upload the upstream stopped reading,
+    after the client hung up) would hold an orderly close forever: the connection is aborted
+    instead, as it is when the close takes longer than :data:`_CLOSE_WAIT_S`."""
+    transport = writer.transport
     try:
+        if transport.get_write_buffer_size() > 0:
+            transport.abort()
+            return
         writer.close()
-        await writer.wait_closed()
+        await asyncio.wait_for(writer.wait_closed(), _CLOSE_WAIT_S)
+    except TimeoutError:
+        transport.abort()
     except (ConnectionError, OSError):
         pass
