@@ -22,17 +22,19 @@ import os
 import sys
 
 
+def _pyspark_package(path: list[str]) -> str | None:
+    """The real folder of the pyspark package ``path`` imports, or None."""
+    spec = importlib.machinery.PathFinder.find_spec("pyspark", path)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.realpath(list(spec.submodule_search_locations)[0])
+
+
 def installed_zip_entries(path: list[str]) -> list[str]:
     """Entries of ``path`` that are ``<pyspark package>/python/lib/pyspark.zip`` of the pyspark
     package found on the rest of ``path`` (a pip install): safe to leave out."""
     zips = [p for p in path if os.path.basename(p) == "pyspark.zip"]
-    if not zips:
-        return []
-    rest = [p for p in path if p not in zips]
-    spec = importlib.machinery.PathFinder.find_spec("pyspark", rest)
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    package = os.path.realpath(list(spec.submodule_search_locations)[0])
+    package = _pyspark_package([p for p in path if p not in zips]) if zips else None
     return [z for z in zips
             if os.path.realpath(os.path.join(os.path.dirname(z), "..", "..")) == package]
 
@@ -41,22 +43,21 @@ def installed_jar_entries(path: list[str]) -> list[str]:
     """Entries of ``path`` that are jars of the installed pyspark package's ``jars`` folder
     (Spark adds ``spark-core``'s), when pyspark itself is found on the rest of ``path``."""
     jars = [p for p in path if p.endswith(".jar")]
-    if not jars:
+    package = _pyspark_package([p for p in path if p not in jars]) if jars else None
+    if package is None:
         return []
-    rest = [p for p in path if p not in jars]
-    spec = importlib.machinery.PathFinder.find_spec("pyspark", rest)
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    folder = os.path.join(os.path.realpath(list(spec.submodule_search_locations)[0]), "jars")
-    return [j for j in jars if os.path.dirname(os.path.realpath(j)) == folder]
+    return [j for j in jars
+            if os.path.dirname(os.path.realpath(j)) == os.path.join(package, "jars")]
 
 
 def main() -> None:
     """Run ``pyspark.daemon`` with the installed pyspark's compiled modules."""
-    for entry in [*installed_zip_entries(sys.path), *installed_jar_entries(sys.path)]:
+    dropped = [*installed_zip_entries(sys.path), *installed_jar_entries(sys.path)]
+    for entry in dropped:
         sys.path.remove(entry)
-    for key in [k for k in sys.path_importer_cache if k.endswith(".jar") or ".jar/" in k]:
-        del sys.path_importer_cache[key]  # zipimporters made on the dropped jars
+    for key in [k for k in sys.path_importer_cache
+                if any(k == e or k.startswith(e + os.sep) for e in dropped)]:
+        del sys.path_importer_cache[key]  # zipimporters made on the dropped entries
     from pyspark.daemon import manager
 
     manager()
