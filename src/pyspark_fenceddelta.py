@@ -1,11 +1,20 @@
 """Static registration of ``format("fenceddelta")``: Spark imports top-level ``pyspark_*``
-modules at JVM start and registers their ``DefaultSource`` under its ``name()``."""
+modules when a session first looks up a Python Data Source, and registers their
+``DefaultSource`` under its ``name()``. Nothing heavy is imported here
+(``orderedstream.core.entrypoint``)."""
 
-from orderedstream.sinks.deltasource import FencedDeltaDataSource
+from orderedstream.core.entrypoint import LazyDataSource
 
 
-class DefaultSource(FencedDeltaDataSource):
-    """The Delta Lake streaming sink (see ``orderedstream.sinks.deltasource``)."""
+class DefaultSource(LazyDataSource):
+    """The Delta Lake streaming sink: an instance is a ``FencedDeltaDataSource``
+    (``orderedstream.sinks.deltasource``)."""
+
+    target = "orderedstream.sinks.deltasource:FencedDeltaDataSource"
+
+    @classmethod
+    def name(cls) -> str:
+        return "fenceddelta"
 
 
 __all__ = ["DefaultSource"]
