@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from orderedstream.python_datasource.client_config import KafkaSecrets
 from orderedstream.python_datasource.options import OrderedKafkaOptions
 from orderedstream.python_datasource.planning import OffsetRange
 
+if TYPE_CHECKING:  # pyarrow is imported where rows are made: not by load()'s schema step
+    import pyarrow as pa
+
 RANGE_COLUMNS = ("topic", "partition", "startOffset", "endOffset", "reader")
-RANGE_ARROW_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
-                                ("startOffset", pa.int64()), ("endOffset", pa.int64()),
-                                ("reader", pa.binary())])
 
 
 def range_schema() -> StructType:
@@ -47,11 +47,13 @@ def is_range_columns(columns: Sequence[str]) -> bool:
 def describe(rng: OffsetRange, options: OrderedKafkaOptions) -> pa.RecordBatch:
     """The one-row batch describing ``rng`` (what the source yields instead of its records);
     the options go without their secret values. Executor (the source's ``read``)."""
+    import pyarrow as pa
+
     reader = pickle.dumps((rng, options.without_secrets()))
     return pa.RecordBatch.from_arrays(
         [pa.array([rng.topic]), pa.array([rng.partition], pa.int32()),
          pa.array([rng.start], pa.int64()), pa.array([rng.end], pa.int64()),
-         pa.array([reader], pa.binary())], schema=RANGE_ARROW_SCHEMA)
+         pa.array([reader], pa.binary())], names=list(RANGE_COLUMNS))
 
 
 def described(batch: pa.RecordBatch, secrets: KafkaSecrets | None = None,

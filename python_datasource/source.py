@@ -18,9 +18,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -67,7 +66,9 @@ from orderedstream.python_datasource.planning import (
     rate_limit,
 )
 from orderedstream.python_datasource.ranges import describe, range_schema
-from orderedstream.python_datasource.reader import read_range
+
+if TYPE_CHECKING:  # pyarrow and the reader are imported by the tasks that read (_read), not
+    import pyarrow as pa  # by load()'s schema step or the lookup (core.entrypoint)
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +335,8 @@ def _read(partition: InputPartition, options: OrderedKafkaOptions) -> Iterator[p
                              f"{type(partition).__name__}")
     if options.emit == "ranges":
         return iter([describe(partition.range, options)])
+    from orderedstream.python_datasource.reader import read_range
+
     return read_range(partition.range, options)
 
 

@@ -34,16 +34,28 @@ def _new_modules(code: str) -> set[str]:
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+HEAVY = {"pyarrow", "fsspec", "s3fs", "confluent_kafka", "rocksdict", "deltalake", "numpy",
+         "pandas"}
+
+
 def test_spark_s_lookup_imports_nothing_heavy() -> None:
     names = ", ".join(m.__name__ for m in REGISTRATIONS)
     added = _new_modules(f"import {names}; [m.DefaultSource.name() for m in ({names},)]")
-    heavy = sorted(m for m in added if m.split(".")[0] in {"pyarrow", "fsspec", "s3fs",
-                                                           "confluent_kafka", "rocksdict",
-                                                           "deltalake", "numpy", "pandas"}
+    heavy = sorted(m for m in added if m.split(".")[0] in HEAVY
                    or m.startswith(("orderedstream.python_datasource", "orderedstream.sinks",
                                     "orderedstream.statestore")))
     assert not heavy, heavy
     assert "orderedstream.core.entrypoint" in added
+
+
+def test_load_s_schema_step_imports_no_pyarrow() -> None:
+    """Spark's ``create_data_source`` process: the instance and its schema (both modes)."""
+    added = _new_modules(
+        "import pyspark_orderedkafka as m; "
+        f"[m.DefaultSource(options={{**{RANGES!r}, 'emit': e}}).schema() "
+        "for e in ('records', 'ranges')]")
+    assert "orderedstream.python_datasource.source" in added
+    assert not sorted(m for m in added if m.split(".")[0] in HEAVY)
 
 
 @pytest.mark.parametrize("module", REGISTRATIONS, ids=lambda m: m.__name__)
