@@ -9,5 +9,7 @@
 - ``jvm``: the one module that reaches the JVM through py4j (the shim's placement calls, one
   Python worker pool for data source reads and UDFs);
 - ``pydaemon``: the Python worker daemon of the pack's sessions (pyspark's compiled files, not
-  pyspark.zip).
+  pyspark.zip);
+- ``entrypoint``: the base of the ``pyspark_*`` registration modules (a name for Spark's lookup,
+  the real source imported when Spark makes an instance).
 """
