@@ -75,9 +75,13 @@ fi
 # runner, planner and Spark worker then compiled the pack's modules again when importing them,
 # about 0.18 s of CPU per process here. Written .pyc files are read with that setting too.
 if "$venv/bin/python" - <<'PY'
-import compileall, os, sys
+import compileall, glob, os, sys
 import orderedstream
 ok = compileall.compile_dir(os.path.dirname(orderedstream.__file__), quiet=1, workers=0)
+# the pyspark_* registrations beside it: Spark's Data Source lookup imports them
+top = os.path.dirname(os.path.dirname(orderedstream.__file__))
+for path in glob.glob(os.path.join(top, "pyspark_*.py")):
+    ok = compileall.compile_file(path, quiet=1) and ok
 sys.exit(0 if ok else 1)
 PY
 then :; else echo "bootstrap: WARNING: some of the package's modules did not compile (above)" >&2; fi

@@ -34,3 +34,11 @@ def test_the_modules_a_worker_imports_are_compiled() -> None:
     states = {m: _bytecode_state(m) for m in ours}
     assert set(states.values()) == {"current"}, (
         f"{states}: scripts/bootstrap.sh compiles them (it runs before scripts/test)")
+
+
+def test_the_registrations_spark_s_lookup_imports_are_compiled() -> None:
+    modules = ["pyspark_orderedkafka", "pyspark_fenceddelta", "pyspark_fencedparquet",
+               "pyspark_rocksstate", "orderedstream.core.entrypoint"]
+    states = {m: _bytecode_state(m) for m in modules}
+    assert set(states.values()) == {"current"}, (
+        f"{states}: scripts/bootstrap.sh compiles them (it runs before scripts/test)")
