@@ -87,9 +87,9 @@ def spark_session(app: str, tmp_dir: Path, partitions: int,
                   kafka_jars: list[str] | None = None,
                   s3a_endpoint: str | None = None, master: str = "local[2]",
                   conf: dict[str, str] | None = None, java_options: str = "",
-                  environment: dict[str, str] | None = None) -> Any:
+                  environment: dict[str, str] | None = None, fork_server: bool = False) -> Any:
     """A ``local[2]`` (or ``master``) session for an engine run (``java_options``: the driver
-    JVM's extra options).
+    JVM's extra options; ``fork_server`` as ``orderedstream run`` has it).
 
     ``kafka_jars`` adds Spark's own Kafka connector, ``s3a_endpoint`` hadoop-aws and
     S3A settings for SeaweedFS (anonymous uploads: SeaweedFS without identities refuses S3A's
@@ -118,7 +118,8 @@ def spark_session(app: str, tmp_dir: Path, partitions: int,
     if jars:
         settings["spark.jars"] = ",".join(jars)
     return local_spark_session(app, master=master, conf=settings, tmp_dir=tmp_dir,
-                               java_options=java_options, environment=environment)
+                               java_options=java_options, environment=environment,
+                               fork_server=fork_server)
 
 
 def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[str, Any],
@@ -149,7 +150,8 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
                                **(JOB_CONF if main_job else {})},
                          java_options=(f"{JOB_JAVA_OPTIONS} {jvmarchive.java_options()}"
                                        if main_job else ""),
-                         environment=JOB_ENVIRONMENT if main_job else None)
+                         environment=JOB_ENVIRONMENT if main_job else None,
+                         fork_server=main_job and not spark_side)
 
 
 def s3a(url: str) -> str:

@@ -59,7 +59,7 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
         spark = local_spark_session(app_name, master=master or "local[2,4]", tmp_dir=tmp_dir,
                                     conf=JOB_CONF,
                                     java_options=" ".join(o for o in options if o),
-                                    environment=JOB_ENVIRONMENT)
+                                    environment=JOB_ENVIRONMENT, fork_server=True)
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -11,5 +11,7 @@
 - ``pydaemon``: the Python worker daemon of the pack's sessions (pyspark's compiled files, not
   pyspark.zip);
 - ``entrypoint``: the base of the ``pyspark_*`` registration modules (a name for Spark's lookup,
-  the real source imported when Spark makes an instance).
+  the real source imported when Spark makes an instance);
+- ``forkserver``, ``forkserve`` and ``forkclient``: the main job's local session forks Spark's
+  planner daemons and streaming source runner from a warm interpreter instead of starting them.
 """

@@ -22,6 +22,7 @@ from orderedstream.app.job.warmup import (
     warm_python_workers,
     warm_read_planner,
 )
+from orderedstream.core import forkserver
 from orderedstream.core.errors import OptionError
 from orderedstream.core.jvm import (
     CHECKPOINT_MANAGER_CONF,
@@ -189,6 +190,7 @@ def _batch_function(spark: Any, process: Callable[[Any, int], Any],
     before the batch's tasks start the stage's workers; then the batch, then ``on_batch``."""
 
     def process_batch(batch_df: Any, batch_id: int) -> Any:
+        forkserver.stop_all()  # the query has started its source runner: the server's job
         _release_planners(spark)
         began = time.monotonic()
         result = process(batch_df, batch_id)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from orderedstream.core import forkserver
 from orderedstream.core.jvm import bundled_jar, light_numpy_converters
 from orderedstream.dev.services import sparkhome
 from orderedstream.dev.services.process import ManagedProcess, free_ports, port_open, wait_until
@@ -44,6 +45,11 @@ mode), unless the user's environment sets the variable. glibc's malloc keeps up 
 per core in a multi-threaded process (RocksDB, librdkafka, Arrow and the JVM all start
 threads), each holding freed memory; Arrow's default jemalloc pool keeps freed pages too. The
 driver's own Python process keeps its environment."""
+
+
+FORK_PRELOAD = ("orderedstream.python_datasource.source",)
+"""What the fork server imports besides pyspark's modules: the source Spark's streaming runner
+and planners unpickle (``local_spark_session(fork_server=True)``)."""
 
 
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
@@ -144,11 +150,14 @@ def default_conf(tmp_dir: Path | None = None) -> dict[str, str]:
 def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]",
                         conf: Mapping[str, str] | None = None, tmp_dir: Path | None = None,
                         driver_memory: str = "2g", java_options: str = "",
-                        environment: Mapping[str, str] | None = None) -> Any:
+                        environment: Mapping[str, str] | None = None,
+                        fork_server: bool = False) -> Any:
     """A SparkSession whose Python workers use this interpreter; extra ``conf`` wins.
     ``java_options`` are added to the driver JVM's (e.g. a log4j2 configuration file);
     ``environment``: variables the driver JVM (and the Python processes it starts) gets where
-    this process's environment does not set them (e.g. ``JOB_ENVIRONMENT``)."""
+    this process's environment does not set them (e.g. ``JOB_ENVIRONMENT``). ``fork_server``
+    (local masters): Spark's planner and streaming source processes are forked from a warm
+    interpreter (``orderedstream.core.forkserver``) instead of started cold."""
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
@@ -169,6 +178,12 @@ def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]
     launch = {k: v for k, v in (environment or {}).items() if k not in os.environ}
     if home is not None:
         launch["SPARK_HOME"] = str(home)
+    if fork_server and master.startswith("local") and "spark.pyspark.python" not in (conf or {}):
+        server = forkserver.start(sys.executable, environment=launch, preload=FORK_PRELOAD)
+        if server is not None:  # Spark's Python executable (its planners read the variables)
+            builder = builder.config("spark.pyspark.python", server.launcher).config(
+                "spark.executorEnv.PYSPARK_PYTHON", server.launcher)
+            launch.update(PYSPARK_PYTHON=server.launcher, PYSPARK_DRIVER_PYTHON=server.launcher)
     previous = {key: os.environ.get(key) for key in launch}
     os.environ.update(launch)
     try:

@@ -1,0 +1,149 @@
+"""The client side of ``orderedstream.core.forkserver``: run as a plain script, no packages.
+
+Started by the fork server's launcher as ``python -I -S forkclient.py SOCKET PYTHON -m MODULE
+[ARGS]`` in place of ``python -m MODULE [ARGS]``. It hands its standard streams, working
+folder, environment and arguments to the server, which forks a warm copy of itself to run the
+module, and then stands in for that process: Spark holds this process as its Python worker, so
+a signal to it goes to the forked process, and it exits when that process does, with its exit
+code. Where the server cannot be reached it runs the module itself (``exec`` of ``PYTHON``).
+Imports only what ``-I -S`` finds in the standard library: it starts in a few milliseconds.
+``--reap`` is the retired server's last role (``reap``).
+"""
+
+from __future__ import annotations
+
+import array
+import marshal
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+_LENGTH = struct.Struct("!I")
+_INT = struct.Struct("!i")
+
+
+def _exec_plain(python: str, argv: list[str]) -> None:
+    """Run the module in this process, as if the launcher had not intervened."""
+    os.execv(python, [python, *argv])
+
+
+def _receive_int(conn: socket.socket) -> int | None:
+    data = b""
+    while len(data) < _INT.size:
+        chunk = conn.recv(_INT.size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return int(_INT.unpack(data)[0])
+
+
+def _wait_exit(conn: socket.socket, pid: int) -> int:
+    """The forked process's exit code as the server tells it (negative: the signal that ended
+    it); 0 when the server stopped first (the process then ends under another parent, which
+    alone sees its code)."""
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    watched: list[Any] = [conn] if pidfd is None else [conn, pidfd]
+    while True:
+        try:
+            ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.2)
+        except InterruptedError:
+            continue
+        if conn in ready:
+            code = _receive_int(conn)
+            if code is not None:
+                return code
+            watched.remove(conn)  # the server stopped: wait for the process itself
+        if pidfd is not None and pidfd in ready:
+            if conn in watched and select.select([conn], [], [], 1.0)[0]:
+                code = _receive_int(conn)  # ended: the server's word comes at once
+                return 0 if code is None else code
+            return 0
+        if pidfd is None and conn not in watched and not _alive(pid):
+            return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list[str]) -> int:
+    sock_path, python, rest = argv[0], argv[1], argv[2:]
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(sock_path)
+    except OSError:
+        conn.close()
+        _exec_plain(python, rest)
+    lifeline_read, lifeline_write = os.pipe()  # the forked process ends when this one does
+    request = marshal.dumps({"argv": rest, "cwd": os.getcwd(), "env": dict(os.environb)})
+    fds = array.array("i", [0, 1, 2, lifeline_read])
+    try:
+        conn.sendmsg([_LENGTH.pack(len(request))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        conn.sendall(request)
+        pid = _receive_int(conn)
+    except OSError:
+        pid = None
+    os.close(lifeline_read)
+    if pid is None or pid <= 0:  # refused or gone: nothing was started
+        conn.close()
+        os.close(lifeline_write)
+        _exec_plain(python, rest)
+        return 1  # not reached
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, forward)
+    code = _wait_exit(conn, pid)
+    return code if code >= 0 else 128 - code  # a shell's code for a signal
+
+
+def reap(parent: int, folder: str, pairs: list[str]) -> int:
+    """A retired server's last job (``forkserve`` ``exec``s this with the connections of its
+    running processes, ``FD:PID``): tell each client its process's exit code once it ends, then
+    exit. Its processes stay its children, in the driver's process tree, under a process of a
+    few MiB instead of the warm server. If the driver (``parent``) is gone by then, the
+    server's ``folder`` (the launcher) goes too."""
+    conns = {int(pid): int(fd) for fd, pid in (pair.split(":") for pair in pairs)}
+    while conns:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+        fd = conns.pop(pid, None)
+        if fd is not None:
+            try:
+                os.write(fd, _INT.pack(os.waitstatus_to_exitcode(status)))
+            except OSError:
+                pass
+            os.close(fd)
+    if os.getppid() != parent:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--reap"]:
+        sys.exit(reap(int(sys.argv[2]), sys.argv[3], sys.argv[4:]))
+    sys.exit(main(sys.argv[1:]))

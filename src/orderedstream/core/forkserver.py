@@ -1,0 +1,159 @@
+"""A fork server for the short-lived Python processes Spark starts on a local driver.
+
+In a local session Spark starts a fresh interpreter for each planning step of a Python Data
+Source (``python -m pyspark.daemon pyspark.sql.worker.lookup_data_sources``, then
+``create_data_source``, ``plan_data_source_read``) and one for the streaming source
+(``python -m pyspark.sql.streaming.python_streaming_source_runner``). Each imports pyspark,
+pyarrow and the pack's source again, 0.2-0.4 s of CPU, and the source runner's start lies
+between a query's start and its first batch. The server imports those once and forks a warm
+copy per process. Spark is given a launcher as its Python executable: it sends the runs of
+``ROUTED`` modules to the server through ``forkclient`` and ``exec``s the interpreter for
+everything else (the stage's worker daemon above all), as it does when no server answers.
+
+The forked process (``orderedstream.core.forkserve``) gets the client's standard streams,
+environment, working folder and arguments, and Python's path as ``python -m`` would build it
+from that environment; Spark sees the client (``forkclient``) as the process, which stands in
+for it (signals in, exit code out; its death ends the process). ``stop`` (the pack calls it
+once the query's first batch runs) ends the forking: the server retires into a few-MiB reaper
+until its processes end, so they stay in the driver's process tree. It also ends with the
+driver, removing its folder.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from orderedstream.core import forkclient
+
+ROUTED = ("pyspark.daemon", "pyspark.sql.streaming.python_streaming_source_runner")
+"""Modules whose ``python -m`` runs go to the server (Spark's planner daemons and the
+streaming source runner); they are also imported first, for what they import."""
+
+DISABLE_ENV = "ORDEREDSTREAM_FORK_SERVER"
+"""``0`` turns the fork server off (Spark then starts every Python process itself)."""
+
+_SOCKET_PATH_MAX = 107
+
+
+class ForkServer:
+    """A running server: its launcher (give it to Spark as the Python executable) and its
+    process. Made by ``start``."""
+
+    def __init__(self, folder: Path, launcher: Path, process: subprocess.Popen[bytes]) -> None:
+        self.folder = folder
+        self.launcher = str(launcher)
+        self.process = process
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Stop forking: the launcher starts the interpreter from now on. The server process
+        retires into ``forkclient.reap`` (a few MiB) until the processes it forked end, so they
+        stay in this process's tree and their launchers learn their exit codes."""
+        if not self._stopped:
+            self._stopped = True
+            if self.process.poll() is None:
+                self.process.terminate()
+        self.process.poll()  # reaps it once it has ended
+
+    def close(self) -> None:
+        """Stop, wait for the retired server (its processes end with Spark's JVM), remove the
+        folder with the launcher (at exit)."""
+        self.stop()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_servers: list[ForkServer] = []
+_lock = threading.Lock()
+
+
+def start(python: str, *, environment: Mapping[str, str] | None = None,
+          routed: tuple[str, ...] = ROUTED, preload: tuple[str, ...] = ()) -> ForkServer | None:
+    """Start a server of ``python`` (the interpreter Spark would run) in the background, with
+    ``environment`` (the one Spark's Python processes get from the driver JVM, which the
+    forked processes inherit where they are set at start, as ``MALLOC_ARENA_MAX``) for the
+    ``python -m`` runs of ``routed`` modules, having imported ``forkserve.PRELOAD`` and ``preload``
+    (what they will import: a Data Source's module). None when turned off
+    (``ORDEREDSTREAM_FORK_SERVER=0``) or not possible here (no folder whose socket path fits
+    Linux's 107 bytes on a file system that runs programs)."""
+    if os.environ.get(DISABLE_ENV, "").strip() == "0" or not sys.platform.startswith("linux"):
+        return None
+    folder = _private_folder()
+    if folder is None:
+        return None
+    sock, launcher = folder / "fork.sock", folder / "python"
+    launcher.write_text(launcher_script(python, str(sock), routed))
+    launcher.chmod(0o700)
+    env = {**os.environ, **(environment or {})}
+    env.setdefault("PYTHONHASHSEED", "0")  # fixed at start: pyspark's default for its processes
+    with open(folder / "forkserver.log", "wb") as log:
+        process = subprocess.Popen(
+            [python, "-u", "-m", "orderedstream.core.forkserve", str(sock), str(os.getpid()),
+             ",".join(routed), ",".join(preload)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, close_fds=True)
+    server = ForkServer(folder, launcher, process)
+    with _lock:
+        if not _servers:
+            atexit.register(_close_all)
+        _servers.append(server)
+    return server
+
+
+def stop_all() -> None:
+    """Stop every server this process started, keeping their launchers (the pack calls it
+    once a query's first batch runs: by then Spark has started the processes a query needs)."""
+    with _lock:
+        servers = list(_servers)
+    for server in servers:
+        server.stop()
+
+
+def _close_all() -> None:
+    with _lock:
+        servers = list(_servers)
+        _servers.clear()
+    for server in servers:
+        server.close()
+
+
+def launcher_script(python: str, sock: str, routed: tuple[str, ...] = ROUTED) -> str:
+    """The executable Spark runs as Python: ``routed`` modules to the server, the rest to
+    ``python`` itself."""
+    py, client, path = shlex.quote(python), shlex.quote(forkclient.__file__), shlex.quote(sock)
+    modules = "|".join(shlex.quote(m) for m in routed)
+    return (f"#!/bin/sh\n"
+            f"# orderedstream fork server launcher (orderedstream.core.forkserver)\n"
+            f"if [ \"$1\" = -m ] && [ -S {path} ]; then\n"
+            f"  case \"$2\" in\n"
+            f"    {modules}) exec {py} -I -S {client} {path} {py} \"$@\" ;;\n"
+            f"  esac\n"
+            f"fi\n"
+            f"exec {py} \"$@\"\n")
+
+
+def _private_folder() -> Path | None:
+    """A new 0700 folder for the socket and the launcher: in the temp folder, else ``/tmp``,
+    where the socket's path fits and programs may run (not ``noexec``)."""
+    for base in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
+        if len(base) + len("/orderedstream-fork-12345678/fork.sock.tmp") > _SOCKET_PATH_MAX:
+            continue
+        try:
+            if os.statvfs(base).f_flag & os.ST_NOEXEC:
+                continue
+            return Path(tempfile.mkdtemp(prefix="orderedstream-fork-", dir=base))
+        except OSError:
+            continue
+    return None
