@@ -65,11 +65,11 @@ class ForkServer:
         self.process.poll()  # reaps it once it has ended
 
     def close(self) -> None:
-        """Stop, wait for the retired server (its processes end with Spark's JVM), remove the
-        folder with the launcher (at exit)."""
+        """Stop, end the retired server, remove the folder with the launcher (at exit: the
+        processes it still waits for end with Spark's JVM, which ends with this process)."""
         self.stop()
         try:
-            self.process.wait(5)
+            self.process.wait(0.5)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
