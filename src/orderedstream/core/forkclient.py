@@ -117,18 +117,49 @@ def main(argv: list[str]) -> int:
 
 def reap(parent: int, folder: str, pairs: list[str]) -> int:
     """A retired server's last job (``forkserve`` ``exec``s this with the connections of its
-    running processes, ``FD:PID``): tell each client its process's exit code once it ends, then
-    exit. Its processes stay its children, in the driver's process tree, under a process of a
-    few MiB instead of the warm server. If the driver (``parent``) is gone by then, the
-    server's ``folder`` (the launcher) goes too."""
+    running processes, ``FD:PID``): tell each client its process's exit code once it ends, and
+    remove the server's ``folder`` (the launcher) when the driver (``parent``) ends without
+    doing so itself (killed). A process of a few MiB instead of the warm server; the
+    processes stay its children, in the driver's process tree."""
     conns = {int(pid): int(fd) for fd, pid in (pair.split(":") for pair in pairs)}
-    while conns:
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    try:
+        parent_fd: int | None = os.pidfd_open(parent)
+    except (AttributeError, OSError):
+        parent_fd = None
+    watched = [wake_r] if parent_fd is None else [wake_r, parent_fd]
+    while os.getppid() == parent:
         try:
-            pid, status = os.waitpid(-1, 0)
+            ready, _, _ = select.select(watched, [], [], 1.0 if parent_fd is None else None)
         except InterruptedError:
             continue
-        except ChildProcessError:
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        _report_exits(conns)
+        if parent_fd is not None and parent_fd in ready:
             break
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+def _report_exits(conns: dict[int, int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
         fd = conns.pop(pid, None)
         if fd is not None:
             try:
@@ -136,11 +167,6 @@ def reap(parent: int, folder: str, pairs: list[str]) -> int:
             except OSError:
                 pass
             os.close(fd)
-    if os.getppid() != parent:
-        import shutil
-
-        shutil.rmtree(folder, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

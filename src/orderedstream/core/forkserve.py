@@ -155,15 +155,16 @@ def serve(sock_path: str, parent: int, routed: tuple[str, ...],
             os.unlink(sock_path)
     _reap(waiting)
     folder = os.path.dirname(sock_path)
-    if waiting:
-        _retire(waiting, parent, folder)
     if os.getppid() != parent:  # the driver is gone (killed): nothing will run the launcher
         shutil.rmtree(folder, ignore_errors=True)
+        return
+    _retire(waiting, parent, folder)  # until the driver ends, to remove the folder then
 
 
 def _retire(waiting: dict[int, socket.socket], parent: int, folder: str) -> NoReturn:
     """Become ``forkclient.reap`` for the processes still running (same pid: they stay this
-    process's children), handing it their clients' connections."""
+    process's children), handing it their clients' connections; it stays, a few MiB, until
+    the driver ends."""
     pairs = []
     for pid, conn in waiting.items():
         fd = conn.detach()

@@ -14,9 +14,9 @@ The forked process (``orderedstream.core.forkserve``) gets the client's standard
 environment, working folder and arguments, and Python's path as ``python -m`` would build it
 from that environment; Spark sees the client (``forkclient``) as the process, which stands in
 for it (signals in, exit code out; its death ends the process). ``stop`` (the pack calls it
-once the query's first batch runs) ends the forking: the server retires into a few-MiB reaper
-until its processes end, so they stay in the driver's process tree. It also ends with the
-driver, removing its folder.
+once the query's first batch runs) ends the forking: the server retires into a few-MiB reaper,
+so the processes it forked stay in the driver's process tree. Either ends with the driver,
+removing the folder, also when the driver is killed.
 """
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ class ForkServer:
 
     def stop(self) -> None:
         """Stop forking: the launcher starts the interpreter from now on. The server process
-        retires into ``forkclient.reap`` (a few MiB) until the processes it forked end, so they
-        stay in this process's tree and their launchers learn their exit codes."""
+        retires into ``forkclient.reap`` (a few MiB): the processes it forked stay in this
+        process's tree and their launchers learn their exit codes, and it removes the folder
+        if this process is killed."""
         if not self._stopped:
             self._stopped = True
             if self.process.poll() is None:
