@@ -27,12 +27,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from orderedstream.core import forkclient
+from orderedstream.core.scratch import private_folder
 
 ROUTED = ("pyspark.daemon", "pyspark.sql.streaming.python_streaming_source_runner")
 """Modules whose ``python -m`` runs go to the server (Spark's planner daemons and the
@@ -40,9 +40,6 @@ streaming source runner); they are also imported first, for what they import."""
 
 DISABLE_ENV = "ORDEREDSTREAM_FORK_SERVER"
 """``0`` turns the fork server off (Spark then starts every Python process itself)."""
-
-_SOCKET_PATH_MAX = 107
-
 
 class ForkServer:
     """A running server: its launcher (give it to Spark as the Python executable) and its
@@ -146,15 +143,7 @@ def launcher_script(python: str, sock: str, routed: tuple[str, ...] = ROUTED) ->
 
 
 def _private_folder() -> Path | None:
-    """A new 0700 folder for the socket and the launcher: in the temp folder, else ``/tmp``,
-    where the socket's path fits and programs may run (not ``noexec``)."""
-    for base in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
-        if len(base) + len("/orderedstream-fork-12345678/fork.sock.tmp") > _SOCKET_PATH_MAX:
-            continue
-        try:
-            if os.statvfs(base).f_flag & os.ST_NOEXEC:
-                continue
-            return Path(tempfile.mkdtemp(prefix="orderedstream-fork-", dir=base))
-        except OSError:
-            continue
-    return None
+    """A new 0700 folder for the socket and the launcher (``core.scratch``: where the socket's
+    path fits and programs may run; folders of killed drivers are removed first)."""
+    return private_folder("orderedstream-fork-", longest_name=len("fork.sock.tmp"),
+                          executable=True)

@@ -12,13 +12,13 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from orderedstream.core import forkserver
 from orderedstream.core.jvm import bundled_jar, light_numpy_converters
+from orderedstream.core.scratch import private_folder
 from orderedstream.dev.services import sparkhome
 from orderedstream.dev.services.process import ManagedProcess, free_ports, port_open, wait_until
 
@@ -54,8 +54,6 @@ and planners unpickle (``local_spark_session(fork_server=True)``)."""
 
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
 UNIX_SOCKET_DIR = "spark.python.unix.domain.socket.dir"
-_SOCKET_PATH_MAX = 107
-"""Bytes of a Unix socket's path on Linux (``sun_path`` less its final NUL)."""
 _SOCKET_NAME = len("/.00000000-0000-0000-0000-000000000000.sock")
 """Spark and pyspark name a socket ``.<uuid4>.sock`` in the socket folder."""
 _SOCKET_FOLDER = "orderedstream-uds-"
@@ -101,15 +99,12 @@ def unix_sockets(settings: dict[str, str], master: str) -> None:
     if settings.get(UNIX_SOCKETS, "false").lower() != "true" or settings.get(UNIX_SOCKET_DIR):
         return
     if master.startswith("local"):
-        for base in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
-            if len(base) + 1 + len(_SOCKET_FOLDER) + 8 + _SOCKET_NAME <= _SOCKET_PATH_MAX:
-                try:
-                    folder = tempfile.mkdtemp(prefix=_SOCKET_FOLDER, dir=base)
-                except OSError:
-                    continue
-                atexit.register(shutil.rmtree, folder, True)
-                settings[UNIX_SOCKET_DIR] = folder
-                return
+        # core.scratch: where the sockets' paths fit; folders of killed drivers go first
+        folder = private_folder(_SOCKET_FOLDER, longest_name=_SOCKET_NAME - 1)
+        if folder is not None:
+            atexit.register(shutil.rmtree, str(folder), True)
+            settings[UNIX_SOCKET_DIR] = str(folder)
+            return
     settings[UNIX_SOCKETS] = "false"
 
 
