@@ -69,12 +69,7 @@ def test_a_routed_run_is_forked_and_sees_what_a_fresh_interpreter_sees(
 
 def test_a_signal_to_the_launcher_ends_the_forked_process_with_its_code(
         server: forkserver.ForkServer, tmp_path: Path) -> None:
-    proc = subprocess.Popen([server.launcher, "-m", PROBE, "sleep"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=_env())
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("x\n")
-    proc.stdin.flush()
-    child = json.loads(proc.stdout.readline())["pid"]
+    proc, child = _sleeping(server, tmp_path)
     assert child != proc.pid
     proc.send_signal(signal.SIGTERM)  # what Spark's destroy() does
     assert proc.wait(30) == 128 + signal.SIGTERM
@@ -83,12 +78,7 @@ def test_a_signal_to_the_launcher_ends_the_forked_process_with_its_code(
 
 def test_a_killed_launcher_takes_its_forked_process_with_it(
         server: forkserver.ForkServer, tmp_path: Path) -> None:
-    proc = subprocess.Popen([server.launcher, "-m", PROBE, "sleep"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=_env())
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("x\n")
-    proc.stdin.flush()
-    child = json.loads(proc.stdout.readline())["pid"]
+    proc, child = _sleeping(server, tmp_path)
     proc.kill()  # destroyForcibly(): no chance to forward anything
     proc.wait(30)
     _gone(child)
@@ -96,12 +86,7 @@ def test_a_killed_launcher_takes_its_forked_process_with_it(
 
 def test_a_stopped_server_retires_until_its_processes_end_and_the_launcher_falls_back(
         server: forkserver.ForkServer, tmp_path: Path) -> None:
-    proc = subprocess.Popen([server.launcher, "-m", PROBE, "sleep"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=_env())
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("x\n")
-    proc.stdin.flush()
-    child = json.loads(proc.stdout.readline())["pid"]
+    proc, child = _sleeping(server, tmp_path)
     server.stop()
     deadline = time.monotonic() + 15
     while "--reap" not in _cmdline(server.process.pid):  # the same process, a few MiB
@@ -135,6 +120,18 @@ def test_commands_that_are_not_routed_run_the_interpreter(
 def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(forkserver.DISABLE_ENV, "0")
     assert forkserver.start(sys.executable) is None
+
+
+def _sleeping(server: forkserver.ForkServer, tmp_path: Path
+              ) -> tuple[subprocess.Popen[str], int]:
+    """The launcher running the probe until signalled, and the forked process's pid."""
+    proc = subprocess.Popen([server.launcher, "-m", PROBE, "sleep"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=_env())
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("x\n")
+    proc.stdin.flush()
+    child: int = json.loads(proc.stdout.readline())["pid"]
+    return proc, child
 
 
 def _alive(pid: int) -> bool:

@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -82,13 +83,20 @@ def window_bounds(events: str) -> tuple[float, float, int]:
     return epoch(first["timestamp"]), t1, last["batchId"] - first["batchId"] + 1
 
 
-def window(timeline: str, events: str) -> None:
+def window_samples(timeline: str, events: str) -> tuple[Any, Any, int, float]:
+    """The timeline's samples nearest the warm batches' start and end, the batches, the
+    seconds between."""
     t0, t1, batches = window_bounds(events)
     with open(timeline) as handle:
         samples = [json.loads(line) for line in handle]
     a = min(samples, key=lambda s: abs(s[0] - t0))
     b = min(samples, key=lambda s: abs(s[0] - t1))
-    print(f"{batches} warm batches in {t1 - t0:.2f} s; CPU per batch, ms:")
+    return a, b, batches, t1 - t0
+
+
+def window(timeline: str, events: str) -> None:
+    a, b, batches, seconds = window_samples(timeline, events)
+    print(f"{batches} warm batches in {seconds:.2f} s; CPU per batch, ms:")
     for name in sorted(b[1], key=lambda n: a[1].get(n, 0) - b[1][n]):
         spent = b[1][name] - a[1].get(name, 0)
         if spent > 0:

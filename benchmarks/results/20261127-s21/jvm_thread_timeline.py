@@ -14,7 +14,7 @@ import re
 import sys
 import time
 
-from cpu_timeline import window_bounds
+from cpu_timeline import window_samples
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -52,11 +52,7 @@ def sample(stop: str, out: str) -> None:
 
 
 def window(timeline: str, events: str) -> None:
-    t0, t1, batches = window_bounds(events)
-    with open(timeline) as handle:
-        samples = [json.loads(line) for line in handle]
-    a = min(samples, key=lambda s: abs(s[0] - t0))
-    b = min(samples, key=lambda s: abs(s[0] - t1))
+    a, b, batches, _ = window_samples(timeline, events)
     spent: collections.Counter[str] = collections.Counter()
     for tid, (name, cpu) in b[1].items():
         spent[re.sub(r"\d+", "#", name)] += cpu - a[1].get(tid, [name, 0.0])[1]

@@ -122,11 +122,7 @@ def reap(parent: int, folder: str, pairs: list[str]) -> int:
     doing so itself (killed). A process of a few MiB instead of the warm server; the
     processes stay its children, in the driver's process tree."""
     conns = {int(pid): int(fd) for fd, pid in (pair.split(":") for pair in pairs)}
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    wake_r, _ = sigchld_wakeup()
     try:
         parent_fd: int | None = os.pidfd_open(parent)
     except (AttributeError, OSError):
@@ -138,12 +134,8 @@ def reap(parent: int, folder: str, pairs: list[str]) -> int:
         except InterruptedError:
             continue
         if wake_r in ready:
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-        _report_exits(conns)
+            drain(wake_r)
+        report_exits(conns)
         if parent_fd is not None and parent_fd in ready:
             break
     import shutil
@@ -152,7 +144,29 @@ def reap(parent: int, folder: str, pairs: list[str]) -> int:
     return 0
 
 
-def _report_exits(conns: dict[int, int]) -> None:
+def sigchld_wakeup() -> tuple[int, int]:
+    """A non-blocking pipe ``(read, write)`` that wakes a ``select`` when a child ends (or
+    another signal comes): SIGCHLD handled, the pipe as Python's signal wake-up fd."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    return wake_r, wake_w
+
+
+def drain(fd: int) -> None:
+    """Read what the signal wake-up pipe holds."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def report_exits(conns: dict[int, int]) -> None:
+    """Reap the children that ended and write each one's exit code (negative: its signal) to
+    its client's connection ``conns[pid]``, which is then closed."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

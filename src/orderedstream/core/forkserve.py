@@ -84,21 +84,6 @@ def _read_request(conn: socket.socket, routed: tuple[str, ...]
     return request, fds
 
 
-def _reap(waiting: dict[int, socket.socket]) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        conn = waiting.pop(pid, None)
-        if conn is not None:
-            with contextlib.suppress(OSError):
-                conn.sendall(_INT.pack(os.waitstatus_to_exitcode(status)))
-            conn.close()
-
-
 def serve(sock_path: str, parent: int, routed: tuple[str, ...],
           preload: tuple[str, ...] = ()) -> None:
     """The server's loop: accept, fork, report exits; until the parent is gone or SIGTERM."""
@@ -107,17 +92,13 @@ def serve(sock_path: str, parent: int, routed: tuple[str, ...],
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     base_path = _base_path()
     _preload(routed, preload)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    wake_r, wake_w = forkclient.sigchld_wakeup()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     watched: list[Any] = [listener, wake_r]
     listener.bind(sock_path + ".tmp")
     listener.listen(16)
     os.rename(sock_path + ".tmp", sock_path)  # appears ready to accept
-    waiting: dict[int, socket.socket] = {}
+    waiting: dict[int, int] = {}  # forked pid -> its client's connection (a file descriptor)
     try:
         while not stopping and os.getppid() == parent:
             try:
@@ -125,10 +106,8 @@ def serve(sock_path: str, parent: int, routed: tuple[str, ...],
             except InterruptedError:
                 continue
             if wake_r in ready:
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(wake_r, 512):
-                        pass
-            _reap(waiting)
+                forkclient.drain(wake_r)
+            forkclient.report_exits(waiting)
             if listener in ready:
                 conn, _ = listener.accept()
                 try:
@@ -140,20 +119,20 @@ def serve(sock_path: str, parent: int, routed: tuple[str, ...],
                     continue
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, fds, base_path, [listener, conn, *waiting.values()],
-                           (wake_r, wake_w))
+                    _child(request, fds, base_path, [listener, conn],
+                           (wake_r, wake_w, *waiting.values()))
                 for fd in fds:
                     os.close(fd)
                 print(f"forkserver: forked {pid}: python {' '.join(request['argv'])}",
                       file=sys.stderr)
                 with contextlib.suppress(OSError):
                     conn.sendall(_INT.pack(pid))
-                waiting[pid] = conn
+                waiting[pid] = conn.detach()
     finally:
         listener.close()
         with contextlib.suppress(OSError):
             os.unlink(sock_path)
-    _reap(waiting)
+    forkclient.report_exits(waiting)
     folder = os.path.dirname(sock_path)
     if os.getppid() != parent:  # the driver is gone (killed): nothing will run the launcher
         shutil.rmtree(folder, ignore_errors=True)
@@ -161,15 +140,13 @@ def serve(sock_path: str, parent: int, routed: tuple[str, ...],
     _retire(waiting, parent, folder)  # until the driver ends, to remove the folder then
 
 
-def _retire(waiting: dict[int, socket.socket], parent: int, folder: str) -> NoReturn:
+def _retire(waiting: dict[int, int], parent: int, folder: str) -> NoReturn:
     """Become ``forkclient.reap`` for the processes still running (same pid: they stay this
     process's children), handing it their clients' connections; it stays, a few MiB, until
     the driver ends."""
-    pairs = []
-    for pid, conn in waiting.items():
-        fd = conn.detach()
+    for fd in waiting.values():
         os.set_inheritable(fd, True)
-        pairs.append(f"{fd}:{pid}")
+    pairs = [f"{fd}:{pid}" for pid, fd in waiting.items()]
     signal.set_wakeup_fd(-1)
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-I", "-S", forkclient.__file__, "--reap",
@@ -210,7 +187,7 @@ def _watch_lifeline(fd: int) -> None:
 
 
 def _child(request: dict[str, Any], fds: list[int], base: list[str],
-           sockets: list[socket.socket], wake: tuple[int, int]) -> NoReturn:
+           sockets: list[socket.socket], server_fds: tuple[int, ...]) -> NoReturn:
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -219,7 +196,7 @@ def _child(request: dict[str, Any], fds: list[int], base: list[str],
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for sock in sockets:
             sock.close()
-        for fd in wake:
+        for fd in server_fds:  # the wake-up pipe, the other clients' connections
             os.close(fd)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
