@@ -1,7 +1,7 @@
 """The ordered stage's fixed cost per Kafka partition and batch, without Spark or Kafka.
 
 Usage: ``.venv/bin/python -m benchmarks.profile_partition_task [--partitions 6]
-[--batches 15] [--records 100] [--changelog] [--profile]``
+[--batches 15] [--records 100] [--changelog [--inline-bytes N]] [--profile]``
 
 What a small batch's stage task does per Kafka partition, in one process as a reused Spark
 worker runs them: open the partition's state at the previous batch's version (local copy
@@ -51,6 +51,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=15)
     parser.add_argument("--records", type=int, default=100, help="per partition and batch")
     parser.add_argument("--changelog", action="store_true", help="the store's changelog mode")
+    parser.add_argument("--inline-bytes", type=int, default=None,
+                        help="changelog_inline_bytes (0: every log its own object)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
 
@@ -68,6 +70,8 @@ def main() -> None:
         store_options: dict[str, Any] = {"local_dir": str(work / "local")}
         if args.changelog:
             store_options["changelog"] = True
+        if args.inline_bytes is not None:
+            store_options["changelog_inline_bytes"] = args.inline_bytes
         stage = OrderedStateful(SessionLogic(100, "10 minutes"), state_location=s3.url("state"),
                                 output=s3.url("out"), output_schema=OUTPUT_SCHEMA, key="key",
                                 timeout=ProcessingTimeTimeout(), columns=COLUMNS,

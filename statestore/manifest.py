@@ -3,8 +3,10 @@
 SST files are referenced by remote name (shared between versions); the few small non-SST
 files (CURRENT, MANIFEST-*, OPTIONS-*, ...) are inlined when small. In changelog mode
 (``orderedstream.statestore.rocksdb.changelog``) ``files`` is the last full checkpoint and
-``changelog`` the per-version write logs replayed on top of it, oldest first. The manifest
-also records key counts, the codec of each state space (so any reader can decode) and who wrote it.
+``changelog`` the per-version write logs replayed on top of it, oldest first; a small log is
+inlined (``StateStoreOptions.changelog_inline_bytes``), which saves its PUT and its GET. The
+manifest also records key counts, the codec of each state space (so any reader can decode)
+and who wrote it.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ from typing import Any
 from orderedstream.core.errors import CorruptStateError, InvariantError, UnsupportedFormatError
 from orderedstream.core.storage import read_object
 
-FORMAT = 3
-"""Written by this version: values may be stored without a frame
-(``orderedstream.statestore.ttl``), so
-readers that predate it refuse these manifests by number instead of misreading values."""
+VALUES_FORMAT = 3
+"""Values may be stored without a frame (``orderedstream.statestore.ttl``), so readers that
+predate it refuse these manifests by number instead of misreading values."""
+FORMAT = 4
+"""The newest this version writes: a changelog chain with inlined logs. Written only when the
+chain holds one (else ``VALUES_FORMAT``), so readers that predate it refuse exactly the
+manifests they could not restore (they would look for the log's remote file)."""
 CHANGELOG_FORMAT = 2
 """Manifests with a changelog chain, all values framed (read as before)."""
-READABLE_FORMATS = (1, CHANGELOG_FORMAT, FORMAT)
+READABLE_FORMATS = (1, CHANGELOG_FORMAT, VALUES_FORMAT, FORMAT)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +55,12 @@ class FileEntry:
 _ENTRY_FIELDS = tuple(f.name for f in fields(FileEntry))
 
 
+def format_for(changelog: tuple[FileEntry, ...]) -> int:
+    """The format a manifest with this changelog chain is written in: ``FORMAT`` when a log
+    is inlined, else ``VALUES_FORMAT`` (readable by the versions before inlined logs)."""
+    return FORMAT if any(e.inline is not None for e in changelog) else VALUES_FORMAT
+
+
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
     partition: int
@@ -64,7 +75,7 @@ class Manifest:
     writer: dict[str, Any]
     created_at: float
     ttl_entries: int = 0
-    format: int = FORMAT
+    format: int = VALUES_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
     changelog: tuple[FileEntry, ...] = ()
     """Write logs of the versions after the checkpoint in ``files`` (oldest first)."""
@@ -112,8 +123,9 @@ class Manifest:
         return [f for f in self.files if f.remote is not None]
 
     def remote_entries(self) -> list[FileEntry]:
-        """Every uploaded file the version needs: checkpoint files, then changelogs."""
-        return [*self.sst_entries(), *self.changelog]
+        """Every uploaded file the version needs: checkpoint files, then changelogs (inlined
+        logs excluded)."""
+        return [*self.sst_entries(), *(e for e in self.changelog if e.remote is not None)]
 
     @property
     def total_bytes(self) -> int:

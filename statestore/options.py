@@ -74,6 +74,10 @@ def default_local_dir() -> str:
     return os.path.join(base, "orderedstream-state")
 
 
+MAX_INLINE_CHANGELOG = 1 << 20
+"""The largest ``changelog_inline_bytes``: a manifest is read whole, by every restore."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class StateStoreOptions:
     """How a store keeps, snapshots and bounds its state (all keyword, all validated).
@@ -94,7 +98,10 @@ class StateStoreOptions:
     ``changelog=True`` a commit uploads only the version's puts and deletes (a write log), and
     a full checkpoint every ``snapshot_interval`` versions; a restore replays at most
     ``snapshot_interval - 1`` logs. Bytes uploaded then follow bytes changed even when
-    compaction rewrites SSTs.
+    compaction rewrites SSTs. A log of at most ``changelog_inline_bytes`` goes inside the
+    version's manifest instead of its own object (one PUT per commit and one GET per restore
+    fewer), while the chain's inlined logs stay within four times that; 0 uploads every log
+    (manifests then stay readable by versions before inlined logs).
     """
 
     codec: Codec = field(default_factory=PickleCodec)
@@ -111,6 +118,7 @@ class StateStoreOptions:
     upload_concurrency: int = 8
     changelog: bool = False
     snapshot_interval: int = 10
+    changelog_inline_bytes: int = 16 << 10
 
     def __post_init__(self) -> None:
         for name in ("block_cache_bytes", "write_buffer_bytes", "max_write_buffers",
@@ -120,6 +128,12 @@ class StateStoreOptions:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OptionError(f"state store option {name}={value!r}: a positive integer "
                                   "is required")
+        inline = self.changelog_inline_bytes
+        if (not isinstance(inline, int) or isinstance(inline, bool)
+                or not 0 <= inline <= MAX_INLINE_CHANGELOG):
+            raise OptionError(f"state store option changelog_inline_bytes={inline!r}: an "
+                              f"integer from 0 (never inline) to {MAX_INLINE_CHANGELOG} is "
+                              "required")
         if self.write_buffer_bytes > self.memtable_budget_bytes:
             raise OptionError(
                 f"state store option write_buffer_bytes={self.write_buffer_bytes} is larger "

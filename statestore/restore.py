@@ -4,6 +4,7 @@ checksum, and assemble a RocksDB directory from hard links (SSTs) and copies (th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import uuid
@@ -24,11 +25,15 @@ class FetchResult:
 
 
 def cache_name(entry: FileEntry) -> str:
-    """The local cache file name of an uploaded file (its remote name)."""
-    if entry.remote is None:
-        raise InvariantError(f"state file {entry.name} is inlined in its manifest: it has no "
-                             "remote copy to cache")
-    return entry.remote.rsplit("/", 1)[-1]
+    """The local cache file name of an uploaded file (its remote name), or of a changelog
+    inlined in its manifest (named by its checksum: the same log in every manifest of the
+    chain is one cache file)."""
+    if entry.remote is not None:
+        return entry.remote.rsplit("/", 1)[-1]
+    if entry.inline is not None and entry.name.startswith("changelog-"):
+        return f"inline-{entry.sha256[:32]}.log"
+    raise InvariantError(f"state file {entry.name} is inlined in its manifest: it has no "
+                         "remote copy to cache")
 
 
 def fetch(fs: Any, root: str, manifest: Manifest, cache_dir: str, *, location_url: str,
@@ -59,8 +64,36 @@ def fetch(fs: Any, root: str, manifest: Manifest, cache_dir: str, *, location_ur
         for entry, part in zip(missing, parts, strict=True):
             _verify(part, entry, manifest, location_url, root, parts)
             os.replace(part, os.path.join(cache_dir, cache_name(entry)))
+    for entry in manifest.changelog:
+        if entry.remote is None:
+            _write_inline(entry, manifest, cache_dir, location_url)
     return FetchResult(files_downloaded=len(missing), files_reused=reused,
                        bytes_downloaded=sum(e.size for e in missing))
+
+
+def _write_inline(entry: FileEntry, manifest: Manifest, cache_dir: str,
+                  location_url: str) -> None:
+    """Put a changelog inlined in ``manifest`` in the cache, checked like a downloaded one."""
+    target = os.path.join(cache_dir, cache_name(entry))
+    if os.path.exists(target):
+        return
+    try:
+        data = entry.content()
+    except ValueError as exc:  # not base64
+        raise CorruptStateError(
+            f"changelog {entry.name} inlined in state version {manifest.version} of partition "
+            f"{manifest.partition} at {location_url} is unreadable: {exc}") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != entry.size or digest != entry.sha256:
+        raise CorruptStateError(
+            f"changelog {entry.name} inlined in state version {manifest.version} of partition "
+            f"{manifest.partition} at {location_url} is corrupt: expected {entry.size} bytes "
+            f"sha256 {entry.sha256[:16]}..., got {len(data)} bytes sha256 {digest[:16]}... "
+            "Refusing to load it; open an earlier committed version or rebuild the state.")
+    part = f"{target}.part-{uuid.uuid4().hex[:8]}"
+    with open(part, "wb") as handle:
+        handle.write(data)
+    os.replace(part, target)
 
 
 def _verify(path: str, entry: FileEntry, manifest: Manifest, location_url: str, root: str,

@@ -10,6 +10,8 @@ Nothing is visible until the candidate is published through the store's ``Versio
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import os
 import shutil
@@ -23,9 +25,9 @@ from orderedstream.core.errors import InvariantError, StateTransactionError
 from orderedstream.core.storage import create_exclusive
 from orderedstream.statestore.base import CommitCandidate, CommitMetrics
 from orderedstream.statestore.manifest import (
-    FORMAT,
     FileEntry,
     Manifest,
+    format_for,
     read_manifest,
     writer_identity,
 )
@@ -37,6 +39,9 @@ from orderedstream.statestore.snapshot import UploadResult, sha256_file, transfe
 
 _log = logging.getLogger("statestore")
 
+_INLINE_CHAIN = 4
+"""A changelog chain's inlined logs stay within this many ``changelog_inline_bytes``: every
+manifest of the chain carries them all."""
 _FRAGMENTS = 32
 _FRAGMENT_BYTES = 2 << 20
 """A space is compacted whole above ``max(_FRAGMENTS, its bytes / _FRAGMENT_BYTES)`` files."""
@@ -104,7 +109,7 @@ class Committer(PartitionDB):
             manifest = Manifest(
                 partition=self.partition, version=version, parent_version=self.base_version,
                 parent_manifest=copy.state.manifest, files=files, changelog=chain,
-                format=FORMAT,
+                format=format_for(chain),
                 num_keys=num_keys,
                 key_counts={s: self._counts.get(s, 0) for s in self.spaces()},
                 spaces={s: self._codec(s).spec() for s in self.spaces()},
@@ -202,18 +207,30 @@ class Committer(PartitionDB):
         for cf in self._cfs.values():
             cf.flush()
         flushed = time.perf_counter()
+        name = f"changelog-{version}.log"
         try:
             size = log.close()
-            remote = f"{pdir}/sst/{version}-changelog-{attempt[:12]}.log"
-            transfer(self._fs, "put", [log.path], [f"{self._root}/{remote}"],
-                     self._options.upload_concurrency)
-            entry = FileEntry(name=f"changelog-{version}.log", size=size,
-                              sha256=sha256_file(log.path), remote=remote)
+            limit = self._options.changelog_inline_bytes
+            inlined = sum(e.size for e in copy.state.changelog if e.remote is None)
+            if size <= limit and inlined + size <= _INLINE_CHAIN * limit:
+                with open(log.path, "rb") as handle:  # at most changelog_inline_bytes
+                    data = handle.read()
+                entry = FileEntry(name=name, size=size, sha256=hashlib.sha256(data).hexdigest(),
+                                  inline=base64.b64encode(data).decode())
+                new_files = {}
+            else:
+                remote = f"{pdir}/sst/{version}-changelog-{attempt[:12]}.log"
+                transfer(self._fs, "put", [log.path], [f"{self._root}/{remote}"],
+                         self._options.upload_concurrency)
+                entry = FileEntry(name=name, size=size, sha256=sha256_file(log.path),
+                                  remote=remote)
+                new_files = {remote: log.path}
         except BaseException:
             log.discard()
             raise
         chain = (*copy.state.changelog, entry)
-        result = UploadResult(entries=[entry], new_files={remote: log.path}, files_uploaded=1,
+        result = UploadResult(entries=[entry], new_files=new_files,
+                              files_uploaded=len(new_files),
                               files_reused=len(copy.state.files) + len(chain) - 1,
                               bytes_uploaded=size)
         return result, checkpoint, chain, flushed, log.discard

@@ -36,9 +36,10 @@ def state_of(part) -> dict[str, object]:  # type: ignore[no-untyped-def]
     return {k.decode(): v for k, v in part.range()}
 
 
+@pytest.mark.parametrize("inline", [16 << 10, 0], ids=["inlined-logs", "uploaded-logs"])
 def test_changelog_versions_restore_exactly_and_upload_only_what_changed(
-        make_store: Factory) -> None:
-    store = make_store("writer", **CHANGELOG)
+        make_store: Factory, inline: int) -> None:
+    store = make_store("writer", **CHANGELOG, changelog_inline_bytes=inline)
     expected: dict[str, object] = {}
     part = store.open(0, EMPTY_VERSION)
     part.put_many((f"k{i:05d}", {"v": -1, "i": i}) for i in range(5000))
@@ -53,11 +54,20 @@ def test_changelog_versions_restore_exactly_and_upload_only_what_changed(
     assert [m.changelog for m in metrics] == [False, True, True, False, True, True, False]
     chains = [len(store.read_manifest(0, v).changelog) for v in range(7)]
     assert chains == [0, 1, 2, 0, 1, 2, 0]
-    # Older readers refuse these manifests (chains, bare values) by number, not as garbage.
-    assert [store.read_manifest(0, v).format for v in range(3)] == [3, 3, 3]
+    # Older readers refuse these manifests (chains, bare values, inlined logs) by number, not
+    # as garbage; without inlined logs the versions before them read the manifests.
+    formats = [store.read_manifest(0, v).format for v in range(3)]
+    assert formats == ([3, 4, 4] if inline else [3, 3, 3])
     for m in metrics[1:3] + metrics[4:6]:
         # 50 rewritten values + a delete + 2 puts + key counts: a few KB, not the whole state.
-        assert m.files_uploaded == 1 and m.bytes_uploaded < 8_000 < m.bytes_total, m
+        # Inlined, the log goes up inside the manifest: no object of its own.
+        assert m.files_uploaded == (0 if inline else 1), m
+        assert m.bytes_uploaded < 8_000 < m.bytes_total, m
+    chain = store.read_manifest(0, 5).changelog
+    assert [e.inline is not None for e in chain] == [bool(inline)] * 2
+    fs, root = store.filesystem()
+    logs = [p for p in fs.find(f"{root}/p=0") if "-changelog-" in p]
+    assert len(logs) == (0 if inline else 4), logs
     for version in range(7):
         with make_store(f"reader-{version}", **CHANGELOG).open(0, version) as restored:
             assert state_of(restored) == states[version]
@@ -115,7 +125,7 @@ def test_a_failed_put_many_leaves_the_log_like_the_db(make_store: Factory) -> No
 
 
 def test_corrupt_changelog_is_refused_and_retention_keeps_the_chain(make_store: Factory) -> None:
-    store = make_store("writer", **CHANGELOG)
+    store = make_store("writer", **CHANGELOG, changelog_inline_bytes=0)
     expected: dict[str, object] = {}
     with store.open(0, EMPTY_VERSION) as part:
         for version in range(6):
@@ -136,13 +146,63 @@ def test_corrupt_changelog_is_refused_and_retention_keeps_the_chain(make_store: 
     assert log.remote in str(info.value)
 
 
+def test_inlined_and_uploaded_logs_mix_in_a_chain_and_a_damaged_inline_log_is_refused(
+        make_store: Factory) -> None:
+    """Logs over ``changelog_inline_bytes``, or past 4x it inlined in the chain, go up as
+    objects; the chain restores either way, retention keeps the uploaded ones, and an inlined
+    log whose bytes do not match its checksum is refused like a damaged object."""
+    options = {"changelog": True, "snapshot_interval": 20, "changelog_inline_bytes": 1200}
+    store = make_store("writer", **options)
+    expected: dict[str, object] = {}
+    # keys written per version, 40 random bytes each: 10 keys a ~0.6 KB log, 60 keys ~3 KB
+    sizes = [0, 10, 10, 60, *[10] * 10]
+    with store.open(0, EMPTY_VERSION) as part:
+        for version, count in enumerate(sizes):
+            values = {f"v{version}-{i}": os.urandom(40) for i in range(count)}
+            part.put_many(values.items())
+            expected.update(values)
+            part.commit(version)
+    last = len(sizes) - 1
+    chain = store.read_manifest(0, last).changelog
+    assert len(chain) == last
+    big = [e for e in chain if e.size > 1200]
+    assert big and all(e.remote is not None for e in big), chain
+    inlined = [e for e in chain if e.inline is not None]
+    assert inlined and sum(e.size for e in inlined) <= 4 * 1200, chain
+    # past 4x the limit inlined, small logs go up too
+    assert [e for e in chain if e.size <= 1200 and e.remote is not None], chain
+    assert store.read_manifest(0, last).format == 4
+    store.cleanup(0, keep_last=1)
+    with make_store("reader", **options).open(0, last) as restored:
+        assert state_of(restored) == expected
+    # Damage the last inlined log in its manifest (valid base64, other bytes).
+    import base64
+    import json
+
+    fs, root = store.filesystem()
+    rel = store._resolve(0, last)
+    data = json.loads(fs.cat_file(f"{root}/{rel}"))
+    damaged = next(e for e in reversed(data["changelog"]) if "inline" in e)
+    content = base64.b64decode(damaged["inline"])
+    damaged["inline"] = base64.b64encode(content[:-1] + bytes([content[-1] ^ 1])).decode()
+    fs.pipe_file(f"{root}/{rel}", json.dumps(data).encode())
+    with pytest.raises(CorruptStateError, match="inlined in state version .* is corrupt") as info:
+        make_store("fresh", **options).open(0, last)
+    assert damaged["name"] in str(info.value) and store.location.url in str(info.value)
+
+
 def test_changelog_options_are_validated() -> None:
     with pytest.raises(OptionError, match="snapshot_interval=0"):
         StateStoreOptions(changelog=True, snapshot_interval=0)
     with pytest.raises(OptionError, match="changelog='yes'"):
         StateStoreOptions(changelog="yes")  # type: ignore[arg-type]
-    parsed = StateStoreOptions.from_strings({"Changelog": "true", "snapshot_interval": "4"})
+    for bad in (-1, 2 << 20, True):
+        with pytest.raises(OptionError, match="changelog_inline_bytes=.*from 0"):
+            StateStoreOptions(changelog=True, changelog_inline_bytes=bad)
+    parsed = StateStoreOptions.from_strings({"Changelog": "true", "snapshot_interval": "4",
+                                             "changelog_inline_bytes": "0"})
     assert parsed.changelog and parsed.snapshot_interval == 4
+    assert parsed.changelog_inline_bytes == 0
 
 
 def test_damaged_write_logs_are_refused_by_replay(tmp_path) -> None:  # type: ignore[no-untyped-def]
