@@ -41,7 +41,7 @@ class _Reader(DataSourceReader):
         return [_Range(self.topic, p, s, e) for p, (s, e) in sorted(self.ranges.items())]
 
     def read(self, partition: _Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         if partition.end <= partition.start:
             return
@@ -52,13 +52,19 @@ class _Reader(DataSourceReader):
         try:
             last = partition.start - 1
             deadline = time.monotonic() + 120
+            error = None  # the last consumer error other than reaching the log's end
             while last < partition.end - 1:
                 if time.monotonic() > deadline:
+                    marks = consumer.get_watermark_offsets(
+                        TopicPartition(partition.topic, partition.partition), timeout=5)
                     raise TimeoutError(f"{partition.topic}/{partition.partition}: offsets up to "
-                                       f"{partition.end - 1} not readable (last {last})")
+                                       f"{partition.end - 1} not readable (last {last}; last "
+                                       f"consumer error: {error}; watermarks: {marks})")
                 msgs = consumer.consume(5000, timeout=5.0)
                 for msg in msgs:
                     if msg.error() is not None:
+                        if msg.error().code() != KafkaError._PARTITION_EOF:
+                            error = msg.error()
                         continue
                     if msg.offset() >= partition.end:
                         last = partition.end
