@@ -4,7 +4,6 @@ checksum, and assemble a RocksDB directory from hard links (SSTs) and copies (th
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import uuid
@@ -62,7 +61,9 @@ def fetch(fs: Any, root: str, manifest: Manifest, cache_dir: str, *, location_ur
                 f"{location_url} cannot be restored: file(s) {absent or [str(exc)]} are missing. "
                 "Open an earlier committed version or rebuild the state.") from exc
         for entry, part in zip(missing, parts, strict=True):
-            _verify(part, entry, manifest, location_url, root, parts)
+            _verify(part, entry, parts, f"state file {root}/{entry.remote} (version "
+                    f"{manifest.version} of partition {manifest.partition} at "
+                    f"{location_url})")
             os.replace(part, os.path.join(cache_dir, cache_name(entry)))
     for entry in manifest.changelog:
         if entry.remote is None:
@@ -77,36 +78,30 @@ def _write_inline(entry: FileEntry, manifest: Manifest, cache_dir: str,
     target = os.path.join(cache_dir, cache_name(entry))
     if os.path.exists(target):
         return
+    what = (f"changelog {entry.name} inlined in state version {manifest.version} of partition "
+            f"{manifest.partition} at {location_url}")
     try:
         data = entry.content()
     except ValueError as exc:  # not base64
-        raise CorruptStateError(
-            f"changelog {entry.name} inlined in state version {manifest.version} of partition "
-            f"{manifest.partition} at {location_url} is unreadable: {exc}") from exc
-    digest = hashlib.sha256(data).hexdigest()
-    if len(data) != entry.size or digest != entry.sha256:
-        raise CorruptStateError(
-            f"changelog {entry.name} inlined in state version {manifest.version} of partition "
-            f"{manifest.partition} at {location_url} is corrupt: expected {entry.size} bytes "
-            f"sha256 {entry.sha256[:16]}..., got {len(data)} bytes sha256 {digest[:16]}... "
-            "Refusing to load it; open an earlier committed version or rebuild the state.")
+        raise CorruptStateError(f"{what} is unreadable: {exc}") from exc
     part = f"{target}.part-{uuid.uuid4().hex[:8]}"
     with open(part, "wb") as handle:
         handle.write(data)
+    _verify(part, entry, [part], what)
     os.replace(part, target)
 
 
-def _verify(path: str, entry: FileEntry, manifest: Manifest, location_url: str, root: str,
-            cleanup: list[str]) -> None:
+def _verify(path: str, entry: FileEntry, cleanup: list[str], what: str) -> None:
+    """Refuse the file at ``path`` (``what`` names it in the error) unless its size and sha256
+    are ``entry``'s; ``cleanup`` is removed first."""
     size = os.path.getsize(path) if os.path.exists(path) else -1
     digest = sha256_file(path) if size >= 0 else ""
     if size != entry.size or digest != entry.sha256:
         _drop(cleanup)
         raise CorruptStateError(
-            f"state file {root}/{entry.remote} (version {manifest.version} of partition "
-            f"{manifest.partition} at {location_url}) is corrupt: expected {entry.size} bytes "
-            f"sha256 {entry.sha256[:16]}..., got {size} bytes sha256 {digest[:16]}... Refusing "
-            "to load it; open an earlier committed version or rebuild the state.")
+            f"{what} is corrupt: expected {entry.size} bytes sha256 {entry.sha256[:16]}..., got "
+            f"{size} bytes sha256 {digest[:16]}... Refusing to load it; open an earlier "
+            "committed version or rebuild the state.")
 
 
 def _drop(paths: Iterable[str]) -> None:

@@ -11,7 +11,6 @@ Nothing is visible until the candidate is published through the store's ``Versio
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 import os
 import shutil
@@ -210,20 +209,19 @@ class Committer(PartitionDB):
         name = f"changelog-{version}.log"
         try:
             size = log.close()
+            sha256 = sha256_file(log.path)
             limit = self._options.changelog_inline_bytes
             inlined = sum(e.size for e in copy.state.changelog if e.remote is None)
             if size <= limit and inlined + size <= _INLINE_CHAIN * limit:
                 with open(log.path, "rb") as handle:  # at most changelog_inline_bytes
-                    data = handle.read()
-                entry = FileEntry(name=name, size=size, sha256=hashlib.sha256(data).hexdigest(),
-                                  inline=base64.b64encode(data).decode())
+                    inline = base64.b64encode(handle.read()).decode()
+                entry = FileEntry(name=name, size=size, sha256=sha256, inline=inline)
                 new_files = {}
             else:
                 remote = f"{pdir}/sst/{version}-changelog-{attempt[:12]}.log"
                 transfer(self._fs, "put", [log.path], [f"{self._root}/{remote}"],
                          self._options.upload_concurrency)
-                entry = FileEntry(name=name, size=size, sha256=sha256_file(log.path),
-                                  remote=remote)
+                entry = FileEntry(name=name, size=size, sha256=sha256, remote=remote)
                 new_files = {remote: log.path}
         except BaseException:
             log.discard()
