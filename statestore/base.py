@@ -87,7 +87,8 @@ class CommitMetrics:
 
 @dataclass(frozen=True, kw_only=True)
 class RestoreMetrics:
-    """What opening a partition at a version cost. ``reused_local``: no download at all."""
+    """What opening a partition at a version cost. ``reused_local``: no download at all;
+    ``kept_open``: not even a RocksDB open (this process had kept it open since it closed it)."""
 
     partition: int
     version: int
@@ -96,6 +97,7 @@ class RestoreMetrics:
     files_reused: int
     bytes_downloaded: int
     restore_seconds: float
+    kept_open: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -102,6 +102,11 @@ class StateStoreOptions:
     version's manifest instead of its own object (one PUT per commit and one GET per restore
     fewer), while the chain's inlined logs stay within four times that; 0 uploads every log
     (manifests then stay readable by versions before inlined logs).
+
+    Reuse: ``close`` keeps up to ``keep_open`` clean partitions open in the process, so the
+    next ``open`` of one at the version it holds costs no RocksDB open; another process that
+    opens it has it closed first (``orderedstream.statestore.rocksdb.keepopen``). Their memory
+    is within the same bound. 0 closes at once.
     """
 
     codec: Codec = field(default_factory=PickleCodec)
@@ -119,6 +124,7 @@ class StateStoreOptions:
     changelog: bool = False
     snapshot_interval: int = 10
     changelog_inline_bytes: int = 16 << 10
+    keep_open: int = 16
 
     def __post_init__(self) -> None:
         for name in ("block_cache_bytes", "write_buffer_bytes", "max_write_buffers",
@@ -134,6 +140,11 @@ class StateStoreOptions:
             raise OptionError(f"state store option changelog_inline_bytes={inline!r}: an "
                               f"integer from 0 (never inline) to {MAX_INLINE_CHANGELOG} is "
                               "required")
+        keep = self.keep_open
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
+            raise OptionError(f"state store option keep_open={keep!r}: the number of "
+                              "partitions a process keeps open between uses, an integer >= 0 "
+                              "(0: close at once) is required")
         if self.write_buffer_bytes > self.memtable_budget_bytes:
             raise OptionError(
                 f"state store option write_buffer_bytes={self.write_buffer_bytes} is larger "

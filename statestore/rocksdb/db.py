@@ -30,6 +30,7 @@ from orderedstream.core.errors import (
 from orderedstream.statestore.base import Codec, CommitCandidate, Key, StatePartition
 from orderedstream.statestore.options import StateLocation, StateStoreOptions
 from orderedstream.statestore.rocksdb.changelog import ChangelogWriter
+from orderedstream.statestore.rocksdb.keepopen import Kept
 from orderedstream.statestore.rocksdb.localcopy import LocalCopy
 from orderedstream.statestore.rocksdb.options import make_options, write_options
 
@@ -73,6 +74,12 @@ def prefix_end(prefix: bytes) -> bytes | None:
 def count_entry(space: str, count: int) -> tuple[bytes, bytes]:
     """The ``__meta__`` key and value that store ``space``'s key count."""
     return _COUNT_PREFIX + space.encode(), _I64.pack(count)
+
+
+def options_fingerprint(options: StateStoreOptions) -> str:
+    """What of ``options`` a DB is opened with: a kept DB opened otherwise is not reused."""
+    return (f"{options.block_cache_bytes}/{options.write_buffer_bytes}/"
+            f"{options.max_write_buffers}/{options.memtable_budget_bytes}")
 
 
 def open_rdict(path: str, options: StateStoreOptions, *, read_only: bool) -> rocksdict.Rdict:
@@ -152,7 +159,8 @@ class PartitionDB(StatePartition):
     def __init__(self, *, location: StateLocation, fs: object, root: str, partition: int,
                  version: int, options: StateStoreOptions, db_path: str,
                  copy: LocalCopy | None, publish: Callable[[CommitCandidate], None] | None,
-                 codecs: Mapping[str, Codec] | None = None, temp_dir: str | None = None) -> None:
+                 codecs: Mapping[str, Codec] | None = None, temp_dir: str | None = None,
+                 kept: Kept | None = None) -> None:
         if (copy is None) != (publish is None):
             raise InvariantError(
                 f"state partition {partition} of {location.url}: a writable partition needs "
@@ -170,13 +178,18 @@ class PartitionDB(StatePartition):
         self._codecs = dict(codecs or {})
         self._temp_dir = temp_dir
         read_only = copy is None
-        self._db = open_rdict(db_path, options, read_only=read_only)
-        self._cfs: dict[str, RawFamily] = {"default": cast(RawFamily, self._db)}
+        self._db_path = db_path
         self._handles: dict[str, rocksdict.ColumnFamily] = {}
         self._spaces: dict[str, Space] = {}
-        for name in rocksdict.Rdict.list_cf(db_path, make_options(options)):
-            if name != "default":
-                self._cfs[name] = cast(RawFamily, self._db.get_column_family(name))
+        if kept is not None:  # kept open since this process closed it (``keepopen``)
+            self._db = kept.db
+            self._cfs: dict[str, RawFamily] = dict(kept.families)
+        else:
+            self._db = open_rdict(db_path, options, read_only=read_only)
+            self._cfs = {"default": cast(RawFamily, self._db)}
+            for name in rocksdict.Rdict.list_cf(db_path, make_options(options)):
+                if name != "default":
+                    self._cfs[name] = cast(RawFamily, self._db.get_column_family(name))
         self._counts: dict[str, int] = self._load_counts()
         self._status = Status.OPEN
         self._write_ok = False
@@ -298,4 +311,4 @@ class PartitionDB(StatePartition):
 
 
 __all__ = ["META_CF", "TTL_CF", "PartitionDB", "RawFamily", "Space", "Status", "count_entry",
-           "encode_key", "open_rdict", "prefix_end"]
+           "encode_key", "open_rdict", "options_fingerprint", "prefix_end"]

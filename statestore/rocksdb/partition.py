@@ -17,6 +17,7 @@ partition, with nothing in between it and rocksdict.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator, Sequence
 from itertools import repeat
@@ -25,8 +26,14 @@ from typing import Any
 
 from orderedstream.statestore import ttl as ttl_mod
 from orderedstream.statestore.base import DEFAULT_SPACE, Key
+from orderedstream.statestore.rocksdb import keepopen
 from orderedstream.statestore.rocksdb.committer import Committer
-from orderedstream.statestore.rocksdb.db import Status, encode_key, prefix_end
+from orderedstream.statestore.rocksdb.db import (
+    Status,
+    encode_key,
+    options_fingerprint,
+    prefix_end,
+)
 from orderedstream.statestore.rocksdb.expiry import Expiry
 
 _BARE = ttl_mod.BARE
@@ -159,6 +166,7 @@ class RocksDBStatePartition(Committer, Expiry):
     def close(self) -> None:
         if self._status is Status.CLOSED:
             return
+        kept = self._keepable()
         self._status = Status.CLOSED
         self._pending = self._pending_space = None  # never committed: dropped like the log
         if self._log is not None:  # writes never committed: their log is worthless
@@ -169,12 +177,27 @@ class RocksDBStatePartition(Committer, Expiry):
         self._cfs.clear()
         self._handles.clear()
         try:
-            self._db.close()
+            if kept is None or self._copy is None or not keepopen.keep(
+                    self._copy.dir, kept, self._options.keep_open):
+                self._db.close()
         finally:
             if self._copy is not None:
                 self._copy.release()
             if self._temp_dir is not None:
                 shutil.rmtree(self._temp_dir, ignore_errors=True)
+
+    def _keepable(self) -> keepopen.Kept | None:
+        """What ``close`` may keep open: a writable partition whose local copy is clean and
+        holds this DB (committed or prepared, no write since), else None."""
+        copy = self._copy
+        if (copy is None or self._options.keep_open == 0 or copy.state.dirty
+                or self._status not in (Status.OPEN, Status.PREPARED)
+                or self._pending is not None
+                or copy.state.db != os.path.basename(self._db_path)):
+            return None
+        return keepopen.Kept(db=self._db, families=dict(self._cfs), db_name=copy.state.db,
+                             version=copy.state.version, manifest=copy.state.manifest,
+                             fingerprint=options_fingerprint(self._options))
 
     def __repr__(self) -> str:
         return (f"RocksDBStatePartition({self._location.url!r}, partition={self.partition}, "

@@ -31,8 +31,10 @@ from orderedstream.statestore.manifest import Manifest, read_manifest
 from orderedstream.statestore.options import StateLocation, StateStoreOptions
 from orderedstream.statestore.restore import assemble, cache_name, fetch
 from orderedstream.statestore.retention import cleanup_partition
+from orderedstream.statestore.rocksdb import keepopen
 from orderedstream.statestore.rocksdb.changelog import replay
-from orderedstream.statestore.rocksdb.db import open_rdict
+from orderedstream.statestore.rocksdb.db import open_rdict, options_fingerprint
+from orderedstream.statestore.rocksdb.keepopen import Kept
 from orderedstream.statestore.rocksdb.localcopy import CopyState, LocalCopy
 from orderedstream.statestore.rocksdb.options import make_options
 from orderedstream.statestore.rocksdb.partition import RocksDBStatePartition
@@ -103,12 +105,14 @@ class RocksDBStateStore(StateStoreBase):
         fs, root = self.filesystem()
         copy = LocalCopy(self.local_copy_dir(partition), timeout_s=self.options.lock_timeout_s,
                          location_url=self.location.url, partition=partition)
+        kept = None
         try:
             rel = None if version == EMPTY_VERSION else self._resolve(partition, version)
             st = copy.state
             downloaded = reused_files = bytes_downloaded = 0
             reused = (not st.dirty and st.version == version and st.manifest == rel
                       and st.db is not None)
+            kept = self._kept(copy, reused, partition)
             if not reused:
                 db = f"db-{uuid.uuid4().hex[:12]}"
                 files = {}
@@ -134,16 +138,37 @@ class RocksDBStateStore(StateStoreBase):
                 copy.remove_stale({cache_name(e) for e in [*files.values(), *chain]})
             part = RocksDBStatePartition(
                 location=self.location, fs=fs, root=root, partition=partition, version=version,
-                options=self.options, db_path=copy.db_path(), copy=copy, publish=self.publish)
+                options=self.options, db_path=copy.db_path(), copy=copy, publish=self.publish,
+                kept=kept)
         except BaseException:
+            if kept is not None:
+                kept.close()
             copy.release()
             raise
         self.last_restore = RestoreMetrics(
-            partition=partition, version=version, reused_local=reused,
+            partition=partition, version=version, reused_local=reused, kept_open=kept is not None,
             files_downloaded=downloaded, files_reused=reused_files,
             bytes_downloaded=bytes_downloaded, restore_seconds=time.perf_counter() - started)
         _log.info("state open %s", self.last_restore.to_dict())
         return part
+
+    def _kept(self, copy: LocalCopy, reused: bool, partition: int) -> Kept | None:
+        """The DB of ``copy`` this process kept open (``keepopen``) when it holds the version
+        being opened, else None; a DB of the copy kept here or by another process is closed
+        first, so the copy's DB can be opened, replaced or deleted."""
+        kept = keepopen.take(copy.dir)
+        if kept is None:
+            keepopen.release_elsewhere(
+                copy.dir, timeout_s=self.options.lock_timeout_s,
+                what=f"state partition {partition} of {self.location.url}")
+            return None
+        st = copy.state
+        if (reused and kept.db_name == st.db and kept.version == st.version
+                and kept.manifest == st.manifest
+                and kept.fingerprint == options_fingerprint(self.options)):
+            return kept
+        kept.close()
+        return None
 
     def _build(self, manifest: Manifest, cache_dir: str, db_dir: str) -> None:
         """The DB of ``manifest`` from fetched files: its checkpoint, then its changelogs

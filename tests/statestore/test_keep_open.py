@@ -1,0 +1,169 @@
+"""Partitions kept open between uses (``StateStoreOptions.keep_open``,
+``statestore.rocksdb.keepopen``): reused in the process that closed them, closed on request of
+another process that opens them, never reused at another version or after a change."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from orderedstream.core.errors import StateLockedError
+from orderedstream.statestore import EMPTY_VERSION
+from orderedstream.statestore.rocksdb import keepopen
+from orderedstream.statestore.rocksdb.store import RocksDBStateStore
+
+Factory = Callable[..., RocksDBStateStore]
+
+_OTHER = """
+import json, pickle, sys
+store = pickle.load(open(sys.argv[1], "rb"))
+partition, version, key = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+part = store.open(partition, version)
+seen = part.get(key)
+part.put(key, f"{seen}+other")
+part.commit(version + 1)
+part.close()
+print(json.dumps({"seen": seen, "kept_open": store.last_restore.kept_open}), flush=True)
+sys.stdin.readline()  # keeps the partition open until told to exit
+"""
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept_between_tests() -> Iterator[None]:
+    keepopen.close_all()
+    yield
+    keepopen.close_all()
+
+
+def _commit(store: RocksDBStateStore, partition: int, version: int, key: str,
+            value: str) -> None:
+    with store.open(partition, version) as part:
+        part.put(key, value)
+        part.commit(version + 1 if version != EMPTY_VERSION else 0)
+
+
+def _other_process(store: RocksDBStateStore, tmp_path: Path, partition: int, version: int,
+                   key: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    """A second Python process that opens the partition at ``version``, appends to ``key``,
+    commits ``version + 1``, closes it (so keeps it open) and waits for a line on stdin."""
+    pickled = tmp_path / "store.pickle"
+    pickled.write_bytes(pickle.dumps(store))
+    proc = subprocess.Popen([sys.executable, "-c", _OTHER, str(pickled), str(partition),
+                             str(version), key], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(30)
+        assert proc.stderr is not None
+        pytest.fail(f"the other process failed: {proc.stderr.read()[-2000:]}")
+    return proc, json.loads(line)
+
+
+def _marker(store: RocksDBStateStore, partition: int) -> Path:
+    return Path(store.local_copy_dir(partition)) / keepopen.MARKER
+
+
+def test_a_closed_partition_is_reused_open_at_the_version_it_holds(make_store: Factory) -> None:
+    store = make_store()
+    _commit(store, 0, EMPTY_VERSION, "k", "v0")
+    assert _marker(store, 0).read_text().split()[0] == str(os.getpid())
+    for version in (0, 1):
+        with store.open(0, version) as part:
+            assert store.last_restore is not None and store.last_restore.kept_open
+            assert part.get("k") == f"v{version}"
+            part.put("k", f"v{version + 1}")
+            part.commit(version + 1)
+    assert _marker(store, 0).read_text().split()[0] == str(os.getpid())
+    # An older version: the kept DB (at version 2) is closed and the copy restored.
+    with store.open(0, 1) as part:
+        assert store.last_restore is not None
+        assert not store.last_restore.kept_open and not store.last_restore.reused_local
+        assert part.get("k") == "v1"
+    # Written, then closed without a commit: the copy is dirty, nothing is kept.
+    part = store.open(0, 1)
+    part.put("k", "never committed")
+    part.close()
+    with store.open(0, 1) as part:
+        assert store.last_restore is not None and not store.last_restore.kept_open
+        assert part.get("k") == "v1"
+
+
+def test_keep_open_zero_closes_at_once_and_the_limit_closes_the_oldest(
+        make_store: Factory) -> None:
+    store = make_store(keep_open=0)
+    _commit(store, 0, EMPTY_VERSION, "k", "v0")
+    assert not _marker(store, 0).exists()
+    with store.open(0, 0):
+        assert store.last_restore is not None and not store.last_restore.kept_open
+    two = make_store("m1", keep_open=2)
+    for partition in (10, 11, 12):
+        _commit(two, partition, EMPTY_VERSION, "k", f"p{partition}")
+    kept = {}
+    for partition in (12, 11, 10):  # partition 10 was closed when partition 12 was kept
+        with two.open(partition, 0) as part:
+            assert part.get("k") == f"p{partition}"
+            assert two.last_restore is not None
+            kept[partition] = two.last_restore.kept_open
+    assert kept == {12: True, 11: True, 10: False}
+
+
+def test_another_process_has_a_kept_partition_closed_and_keeps_it_itself(
+        make_store: Factory, tmp_path: Path) -> None:
+    store = make_store()
+    _commit(store, 3, EMPTY_VERSION, "k", "mine")
+    proc, got = _other_process(store, tmp_path, 3, 0, "k")
+    try:
+        assert got == {"seen": "mine", "kept_open": False}
+        assert keepopen.take(store.local_copy_dir(3)) is None  # closed here on its request
+        assert _marker(store, 3).read_text().split()[0] == str(proc.pid)
+        # The other process, alive, keeps version 1 open: it closes it on this open's request.
+        with store.open(3, 1) as part:
+            assert store.last_restore is not None
+            assert store.last_restore.reused_local and not store.last_restore.kept_open
+            assert part.get("k") == "mine+other"
+            part.put("k", "third")
+            part.commit(2)
+        assert proc.poll() is None, "the keeper was asked, not killed"
+    finally:
+        proc.communicate("exit\n", timeout=30)
+    with store.open(3, 2) as part:
+        assert part.get("k") == "third" and store.last_restore.kept_open
+
+
+def test_a_killed_keeper_leaves_the_copy_usable(make_store: Factory, tmp_path: Path) -> None:
+    store = make_store()
+    _commit(store, 0, EMPTY_VERSION, "k", "a")
+    proc, _ = _other_process(store, tmp_path, 0, 0, "k")
+    proc.kill()
+    proc.communicate(timeout=30)
+    with store.open(0, 1) as part:
+        assert store.last_restore is not None and store.last_restore.reused_local
+        assert part.get("k") == "a+other"
+
+
+def test_a_keeper_that_does_not_answer_is_named_in_the_error(
+        make_store: Factory, tmp_path: Path) -> None:
+    store = make_store(lock_timeout_s=1.0)
+    _commit(store, 0, EMPTY_VERSION, "k", "a")
+    proc, _ = _other_process(store, tmp_path, 0, 0, "k")
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(StateLockedError) as err:
+            store.open(0, 1)
+        message = str(err.value)
+        assert f"process {proc.pid} keeps its local state copy" in message
+        assert store.local_copy_dir(0) in message and "lock_timeout_s" in message
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.communicate("exit\n", timeout=30)
+    with store.open(0, 1) as part:  # once it answers, or is gone, the copy opens
+        assert part.get("k") == "a+other"
