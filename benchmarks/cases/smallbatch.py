@@ -66,6 +66,9 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
                           if all(k in t["metrics"] for t in tasks)} if tasks else {}
     figures["records_per_task"] = (statistics.median(t["records"] for t in tasks)
                                    if tasks else 0)
+    # Warm tasks whose partition was still open in their worker (StateStoreOptions.keep_open)
+    figures["kept_open_share"] = (sum(bool(t["metrics"].get("restore", {}).get("kept_open"))
+                                      for t in tasks) / len(tasks)) if tasks else 0.0
     return figures
 
 
@@ -99,6 +102,7 @@ def run(ctx: CaseContext) -> list[Result]:
               "cpu_s_by_process (whole run)": ours["cpu_by_kind"],
               "task_ms (median per task, warm)": {k: round(v, 1)
                                                   for k, v in ours["task_ms"].items()},
+              "tasks reusing a partition kept open (warm)": round(ours["kept_open_share"], 2),
               "batch_ms": ours["batch_ms"]}
     target = f"issue 16 target ({TARGET_MS:.0f} ms)"
     return [

@@ -127,17 +127,22 @@ def keep(copy_dir: str, kept: Kept, limit: int) -> bool:
     cannot keep DBs (the caller closes it). The least recently kept beyond ``limit`` close."""
     with _lock:
         name = _socket_name() if limit > 0 else None
-        if name is None:
-            return False
+    if name is None:
+        return False
+    tmp = os.path.join(copy_dir, f"{MARKER}.tmp")
+    try:  # the file first: a DB kept without it could not be asked for
+        with open(tmp, "w") as handle:
+            handle.write(f"{os.getpid()} {name}\n")
+        os.replace(tmp, os.path.join(copy_dir, MARKER))
+    except OSError as exc:  # e.g. the copy's folder was deleted meanwhile
+        _log.debug("state: %s not kept open: %s", copy_dir, exc)
+        return False
+    with _lock:
         _kept[copy_dir] = kept
         _kept.move_to_end(copy_dir)
         while len(_kept) > limit:
             _, old = _kept.popitem(last=False)
             old.close()  # under the lock: a request for it is answered once it is closed
-    tmp = os.path.join(copy_dir, f"{MARKER}.tmp")
-    with open(tmp, "w") as handle:
-        handle.write(f"{os.getpid()} {name}\n")
-    os.replace(tmp, os.path.join(copy_dir, MARKER))
     return True
 
 

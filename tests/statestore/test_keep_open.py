@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -167,3 +168,16 @@ def test_a_keeper_that_does_not_answer_is_named_in_the_error(
         proc.communicate("exit\n", timeout=30)
     with store.open(0, 1) as part:  # once it answers, or is gone, the copy opens
         assert part.get("k") == "a+other"
+
+
+def test_a_partition_whose_copy_was_deleted_is_closed_not_kept(make_store: Factory) -> None:
+    store = make_store()
+    _commit(store, 0, EMPTY_VERSION, "k", "a")
+    part = store.open(0, 0)
+    assert store.last_restore is not None and store.last_restore.kept_open
+    shutil.rmtree(store.local_copy_dir(0))  # what an operator clearing local_dir does
+    part.close()  # closes: nothing names a DB kept in a deleted folder
+    assert keepopen.take(store.local_copy_dir(0)) is None
+    with store.open(0, 0) as part:
+        assert store.last_restore is not None and not store.last_restore.reused_local
+        assert part.get("k") == "a"
