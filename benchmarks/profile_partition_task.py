@@ -1,7 +1,7 @@
 """The ordered stage's fixed cost per Kafka partition and batch, without Spark or Kafka.
 
 Usage: ``.venv/bin/python -m benchmarks.profile_partition_task [--partitions 6]
-[--batches 15] [--records 100] [--changelog [--inline-bytes N]] [--profile]``
+[--batches 15] [--records 100] [--changelog [--inline-bytes N]] [--keep-open N] [--profile]``
 
 What a small batch's stage task does per Kafka partition, in one process as a reused Spark
 worker runs them: open the partition's state at the previous batch's version (local copy
@@ -53,6 +53,8 @@ def main() -> None:
     parser.add_argument("--changelog", action="store_true", help="the store's changelog mode")
     parser.add_argument("--inline-bytes", type=int, default=None,
                         help="changelog_inline_bytes (0: every log its own object)")
+    parser.add_argument("--keep-open", type=int, default=None,
+                        help="keep_open (0: every partition closed after its task)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
 
@@ -72,6 +74,8 @@ def main() -> None:
             store_options["changelog"] = True
         if args.inline_bytes is not None:
             store_options["changelog_inline_bytes"] = args.inline_bytes
+        if args.keep_open is not None:
+            store_options["keep_open"] = args.keep_open
         stage = OrderedStateful(SessionLogic(100, "10 minutes"), state_location=s3.url("state"),
                                 output=s3.url("out"), output_schema=OUTPUT_SCHEMA, key="key",
                                 timeout=ProcessingTimeTimeout(), columns=COLUMNS,
