@@ -61,8 +61,9 @@ class Kept:
 
 _lock = threading.Lock()
 _kept: OrderedDict[str, Kept] = OrderedDict()
-_server: tuple[int, str] | None = None
-"""(pid, abstract socket name) of this process's keeper thread, once started."""
+_server: tuple[int, str | None] | None = None
+"""(pid, abstract socket name) of this process's keeper thread once started, or (pid, None)
+once starting it failed."""
 _orphans: list[Kept] = []
 """DBs a forked child inherited: never used or closed there (their threads are the parent's)."""
 
@@ -106,6 +107,7 @@ def _socket_name() -> str | None:
     if _server is not None and _server[0] == os.getpid():
         return _server[1]
     if not hasattr(socket, "AF_UNIX") or not os.uname().sysname == "Linux":
+        _server = (os.getpid(), None)
         return None
     name = f"orderedstream-state-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -115,6 +117,7 @@ def _socket_name() -> str | None:
     except OSError as exc:
         listener.close()
         _log.info("state: partitions are not kept open between uses (%s)", exc)
+        _server = (os.getpid(), None)
         return None
     threading.Thread(target=_serve, args=(listener,), name="orderedstream-state-keeper",
                      daemon=True).start()
