@@ -242,6 +242,9 @@ def replay(*, output: str, state: str, checkpoint: str, topic: str, partition: i
         result.state = _compare_state(options, topic, partition, end, part)
     finally:
         part.close()
+        from orderedstream.statestore.rocksdb.keepopen import close_under
+
+        close_under(local_dir)  # its copy is deleted next: not kept open either
         shutil.rmtree(local_dir, ignore_errors=True)
     return result
 

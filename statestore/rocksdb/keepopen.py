@@ -12,12 +12,15 @@ a partition often runs in another worker, which then cannot open the DB while th
 RocksDB's lock. The keeper writes ``KEPT`` in the copy's folder (its pid and socket) while it
 holds the copy's lock; an opener that finds it asks that process, over a Linux abstract Unix
 socket served by a daemon thread, to close the DB, and waits for the answer before opening.
-A keeper that died released RocksDB's lock with its process. Without abstract sockets (not
-Linux), nothing is kept: ``close`` closes.
+A keeper that died released RocksDB's lock with its process (a process of the same pid
+started after ``KEPT`` was written is another one). Without abstract sockets (not Linux),
+nothing is kept: ``close`` closes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
 import os
 import socket
@@ -64,26 +67,38 @@ _kept: OrderedDict[str, Kept] = OrderedDict()
 _server: tuple[int, str | None] | None = None
 """(pid, abstract socket name) of this process's keeper thread once started, or (pid, None)
 once starting it failed."""
-_orphans: list[Kept] = []
-"""DBs a forked child inherited: never used or closed there (their threads are the parent's)."""
+_listener: socket.socket | None = None
 
 
 def _forget() -> None:
-    global _lock, _server
+    """In a forked child: the parent's kept DBs are the parent's (their RocksDB threads do not
+    exist here), so they are neither used nor ever freed here (freeing closes a DB, which
+    deletes the files it thinks obsolete); the parent's listener is closed."""
+    global _lock, _server, _listener
     _lock = threading.Lock()
-    _orphans.extend(_kept.values())
+    for kept in _kept.values():
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))
     _kept.clear()
-    _server = None
+    if _listener is not None:
+        _listener.close()
+    _server = _listener = None
 
 
 os.register_at_fork(after_in_child=_forget)
+
+_TRANSIENT = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED,
+              errno.EINTR, errno.EPROTO}
 
 
 def _serve(listener: socket.socket) -> None:
     while True:
         try:
             conn, _ = listener.accept()
-        except OSError:
+        except OSError as exc:
+            if exc.errno in _TRANSIENT:  # e.g. out of descriptors for a moment: serve on
+                time.sleep(0.05)
+                continue
+            _log.warning("state: the keeper of open partitions stopped: %s", exc)
             return
         with conn:
             try:
@@ -96,32 +111,33 @@ def _serve(listener: socket.socket) -> None:
                     data += chunk
                 closed = close(data.decode(errors="replace").strip())
                 conn.sendall(b"closed\n" if closed else b"none\n")
-            except OSError as exc:
+            except Exception as exc:  # one bad request never ends the keeper
                 _log.debug("state: keeper request failed: %s", exc)
 
 
 def _socket_name() -> str | None:
-    """This process's keeper socket, started on first use; None where abstract Unix sockets do
-    not exist."""
-    global _server
+    """This process's keeper socket, started on first use; None where it cannot be (no
+    abstract Unix sockets, no thread): then nothing is kept."""
+    global _server, _listener
     if _server is not None and _server[0] == os.getpid():
         return _server[1]
-    if not hasattr(socket, "AF_UNIX") or not os.uname().sysname == "Linux":
-        _server = (os.getpid(), None)
+    _server = (os.getpid(), None)
+    if not hasattr(socket, "AF_UNIX") or os.uname().sysname != "Linux":
         return None
     name = f"orderedstream-state-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = None
     try:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind("\0" + name)
-        listener.listen(16)
-    except OSError as exc:
-        listener.close()
+        listener.listen(64)
+        threading.Thread(target=_serve, args=(listener,), name="orderedstream-state-keeper",
+                         daemon=True).start()
+    except (OSError, RuntimeError) as exc:
+        if listener is not None:
+            listener.close()
         _log.info("state: partitions are not kept open between uses (%s)", exc)
-        _server = (os.getpid(), None)
         return None
-    threading.Thread(target=_serve, args=(listener,), name="orderedstream-state-keeper",
-                     daemon=True).start()
-    _server = (os.getpid(), name)
+    _server, _listener = (os.getpid(), name), listener
     return name
 
 
@@ -134,8 +150,8 @@ def keep(copy_dir: str, kept: Kept, limit: int) -> bool:
         return False
     tmp = os.path.join(copy_dir, f"{MARKER}.tmp")
     try:  # the file first: a DB kept without it could not be asked for
-        with open(tmp, "w") as handle:
-            handle.write(f"{os.getpid()} {name}\n")
+        with open(tmp, "w") as handle:  # the key an opener sends back, as this process has it
+            handle.write(f"{os.getpid()} {name}\n{copy_dir}\n")
         os.replace(tmp, os.path.join(copy_dir, MARKER))
     except OSError as exc:  # e.g. the copy's folder was deleted meanwhile
         _log.debug("state: %s not kept open: %s", copy_dir, exc)
@@ -151,15 +167,9 @@ def keep(copy_dir: str, kept: Kept, limit: int) -> bool:
 
 def take(copy_dir: str) -> Kept | None:
     """This process's kept DB of ``copy_dir`` (the caller holds the copy's lock), no longer
-    kept, its ``KEPT`` file removed; None if there is none."""
+    kept; None if there is none. The caller then calls ``release_elsewhere``."""
     with _lock:
-        kept = _kept.pop(copy_dir, None)
-    if kept is not None:
-        try:
-            os.unlink(os.path.join(copy_dir, MARKER))
-        except FileNotFoundError:
-            pass
-    return kept
+        return _kept.pop(copy_dir, None)
 
 
 def close(copy_dir: str) -> bool:
@@ -171,6 +181,14 @@ def close(copy_dir: str) -> bool:
     return kept is not None
 
 
+def close_under(folder: str) -> None:
+    """Close the DBs this process keeps of local copies inside ``folder`` (before deleting it)."""
+    prefix = os.path.join(folder, "")
+    with _lock:
+        for key in [k for k in _kept if k.startswith(prefix)]:
+            _kept.pop(key).close()
+
+
 def close_all() -> None:
     """Close every DB this process keeps (tests; a process about to delete local copies)."""
     with _lock:
@@ -180,52 +198,66 @@ def close_all() -> None:
 
 def release_elsewhere(copy_dir: str, *, timeout_s: float, what: str) -> None:
     """Before opening ``copy_dir``'s DB (the caller holds the copy's lock): if another process
-    keeps it open, have it closed. ``what`` names the partition in the error raised when the
-    keeper neither answers nor dies within ``timeout_s``."""
+    keeps it open, have it closed; then no ``KEPT`` file is left. ``what`` names the partition
+    in the error raised when the keeper neither answers nor ends within ``timeout_s``."""
     path = os.path.join(copy_dir, MARKER)
     try:
+        written = os.stat(path).st_mtime
         with open(path) as handle:
-            pid_text, name = handle.read().split()
+            first, _, key = handle.read().partition("\n")
+        pid_text, name = first.split()
         pid = int(pid_text)
     except (OSError, ValueError):
         return
     if pid != os.getpid():
-        _ask(pid, name, copy_dir, timeout_s, what)
+        _ask(pid, name, key.strip() or copy_dir, since=written, timeout_s=timeout_s,
+             what=f"{what}: process {pid} keeps its local state copy {copy_dir} open and")
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
 
 
-def _ask(pid: int, name: str, copy_dir: str, timeout_s: float, what: str) -> None:
+def _ask(pid: int, name: str, key: str, *, since: float, timeout_s: float, what: str) -> None:
+    """Ask keeper ``pid`` to close ``key``'s DB; returns once it did, or is gone."""
     deadline = time.monotonic() + timeout_s
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        try:
-            conn.connect("\0" + name)
-            conn.sendall(copy_dir.encode() + b"\n")
-        except OSError:  # the keeper is gone (its RocksDB lock with it)
-            return
-        conn.settimeout(_ANSWER_S)
-        while True:
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(_ANSWER_S)
             try:
-                conn.recv(64)  # "closed" / "none", or the connection closed: done either way
-                return
-            except TimeoutError:
-                if not _alive(pid) or time.monotonic() >= deadline:
-                    break
-            except OSError:
-                return
-    if _alive(pid):
-        raise StateLockedError(
-            f"{what}: process {pid} keeps its local state copy {copy_dir} open and did not "
-            f"close it within {timeout_s:.0f} s (lock_timeout_s); a local RocksDB copy can be "
-            "opened by one process at a time")
+                conn.connect("\0" + name)
+                conn.sendall(key.encode() + b"\n")
+                while True:
+                    try:
+                        if not conn.recv(64):
+                            break  # closed without an answer: ask again (or it is gone)
+                        return  # "closed" or "none": the DB is not open there
+                    except TimeoutError:
+                        if not _alive(pid, since) or time.monotonic() >= deadline:
+                            break
+            except OSError:  # refused (no listener) or a full backlog
+                pass
+        if not _alive(pid, since):
+            return  # its RocksDB lock ended with it
+        if time.monotonic() >= deadline:
+            raise StateLockedError(
+                f"{what} did not close it within {timeout_s:.0f} s (lock_timeout_s); a local "
+                "RocksDB copy can be opened by one process at a time")
+        time.sleep(0.05)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, since: float) -> bool:
+    """Whether the process that wrote a ``KEPT`` file at ``since`` still runs (a process of
+    that pid started later is another one; an ended one not yet reaped holds nothing)."""
     import psutil
 
-    return bool(psutil.pid_exists(pid))
+    try:
+        process = psutil.Process(pid)
+        return bool(process.create_time() <= since + 1.0
+                    and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
 
 
-__all__ = ["MARKER", "Kept", "close", "close_all", "keep", "release_elsewhere", "take"]
+__all__ = ["MARKER", "Kept", "close", "close_all", "close_under", "keep", "release_elsewhere",
+           "take"]

@@ -177,9 +177,11 @@ class RocksDBStatePartition(Committer, Expiry):
         self._cfs.clear()
         self._handles.clear()
         try:
-            if kept is None or self._copy is None or not keepopen.keep(
-                    self._copy.dir, kept, self._options.keep_open):
+            if kept is None:
                 self._db.close()
+            elif self._copy is None or not keepopen.keep(self._copy.dir, kept,
+                                                          self._options.keep_open):
+                kept.close()  # drops its families first: the DB is closed once none is left
         finally:
             if self._copy is not None:
                 self._copy.release()

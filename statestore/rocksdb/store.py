@@ -157,10 +157,9 @@ class RocksDBStateStore(StateStoreBase):
         being opened, else None; a DB of the copy kept here or by another process is closed
         first, so the copy's DB can be opened, replaced or deleted."""
         kept = keepopen.take(copy.dir)
+        keepopen.release_elsewhere(copy.dir, timeout_s=self.options.lock_timeout_s,
+                                   what=f"state partition {partition} of {self.location.url}")
         if kept is None:
-            keepopen.release_elsewhere(
-                copy.dir, timeout_s=self.options.lock_timeout_s,
-                what=f"state partition {partition} of {self.location.url}")
             return None
         st = copy.state
         if (reused and kept.db_name == st.db and kept.version == st.version

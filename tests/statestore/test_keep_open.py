@@ -181,3 +181,32 @@ def test_a_partition_whose_copy_was_deleted_is_closed_not_kept(make_store: Facto
     with store.open(0, 0) as part:
         assert store.last_restore is not None and not store.last_restore.reused_local
         assert part.get("k") == "a"
+
+
+def test_a_kept_file_of_an_ended_keeper_does_not_hold_the_open(make_store: Factory) -> None:
+    """``KEPT`` naming a pid that now belongs to a process started after the file was written
+    (the keeper ended, its pid reused): the open goes on at once, without asking anyone."""
+    store = make_store(lock_timeout_s=30.0)
+    _commit(store, 0, EMPTY_VERSION, "k", "a")
+    keepopen.close_all()
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        marker = _marker(store, 0)
+        marker.write_text(f"{stranger.pid} orderedstream-state-gone\n{marker.parent}\n")
+        os.utime(marker, (0, 0))  # written long before the stranger started
+        with store.open(0, 0) as part:
+            assert part.get("k") == "a"
+        assert _marker(store, 0).read_text().split()[0] == str(os.getpid())  # kept here now
+    finally:
+        stranger.kill()
+        stranger.wait(30)
+
+
+def test_close_under_closes_the_copies_of_a_folder(make_store: Factory) -> None:
+    store = make_store()
+    for partition in (0, 1):
+        _commit(store, partition, EMPTY_VERSION, "k", "a")
+    local = store.options.resolved_local_dir()
+    keepopen.close_under(local)
+    assert keepopen.take(store.local_copy_dir(0)) is None
+    assert keepopen.take(store.local_copy_dir(1)) is None
