@@ -74,8 +74,10 @@ class BatchResult:
         return sum(int(c.metrics.get("bytes_downloaded") or 0) for c in self.commits)
 
     cleanup: RetentionResult | None = None
-    """The state cleanup run after this batch's commit (None when none was due or it failed;
-    a failure is logged as a warning and never fails the batch)."""
+    """The state cleanup run after this batch's commit with ``cleanup_in_background=False``
+    (None when none was due or it failed; a failure is logged as a warning and never fails
+    the batch). In the background (the default) it is always None: the cleanup started after
+    this batch reports through ``OrderedStateful.wait_for_cleanup``."""
 
     processor: Any = field(default=None, repr=False, compare=False)
     """The ``OrderedStateful`` that ran the batch."""

@@ -65,6 +65,7 @@ from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.table import FencedTable
 from orderedstream.statestore.ordered.batch import BatchResult, finish_batch
 from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, decode_key
+from orderedstream.statestore.ordered.maintenance import StateCleanups
 from orderedstream.statestore.ordered.options import OrderedOptions, to_arrow_schema
 from orderedstream.statestore.ordered.output import batch_output_df
 from orderedstream.statestore.ordered.placement import StatePlacement
@@ -135,8 +136,10 @@ class OrderedStateful:
     of the latest batch records keep their state versions; after every
     ``cleanup_interval_batches``-th batch (default 10; None: never automatically) the driver
     deletes older manifests/SSTs and orphans of failed attempts (``cleanup_state``,
-    ``orderedstream.statestore.ordered.retention``). ``BatchResult.output_df()`` / ``batch_output``
-    give the rows a batch committed as a DataFrame, to forward to another sink.
+    ``orderedstream.statestore.ordered.retention``), in a thread beside the next batches
+    (``cleanup_in_background=False``: inside the due batch; ``wait_for_cleanup``).
+    ``BatchResult.output_df()`` / ``batch_output`` give the rows a batch committed as a
+    DataFrame, to forward to another sink.
     """
 
     def __init__(self, func: UserFunction, *, state_location: str, output: str,
@@ -154,6 +157,7 @@ class OrderedStateful:
                  kafka_options: Mapping[str, str] | None = None,
                  output_format: Literal["parquet", "delta"] = "parquet",
                  max_tasks: int | None = None,
+                 cleanup_in_background: bool = True,
                  ) -> None:
         if not callable(func):
             raise OptionError(f"OrderedStateful(func=...) must be callable, got {func!r}")
@@ -182,7 +186,7 @@ class OrderedStateful:
         self.retention = RetentionPolicy(
             keep_batches=(state_store_options(self.options).keep_last if keep_batches is None
                           else keep_batches),
-            cleanup_interval_batches=cleanup_interval_batches)
+            cleanup_interval_batches=cleanup_interval_batches, background=cleanup_in_background)
         if output_format not in ("parquet", "delta"):
             raise OptionError(f"OrderedStateful(output_format={output_format!r}): accepted are "
                               "'delta' (a Delta Lake table) and 'parquet' (fenced Parquet)")
@@ -193,7 +197,7 @@ class OrderedStateful:
         if self._delta is not None:
             self.sink = self._delta.options
         self._log: CommitLog | DeltaBatchLog | None = None
-        self._retention: OrderedRetention | None = None
+        self._cleanups = StateCleanups(self._new_retention, location=self.options.state_location)
         self._epoch: Epoch | None = None
         # This run's writer id (the epoch claimed under it at the first batch fences older runs).
         self._writer_id = f"{self.options.query_name}-{uuid.uuid4().hex[:8]}"
@@ -249,17 +253,34 @@ class OrderedStateful:
         """Delete state no longer needed: keep the versions named by the last
         ``keep_batches`` batch records (default: the processor's), delete older manifests and
         SST files and orphans of failed attempts up to the latest committed batch. Safe beside
-        a running query (see ``orderedstream.statestore.ordered.retention``). Returns what it
-        did."""
-        if self._retention is None:
-            self._retention = OrderedRetention(self.log, self.options.state_location,
-                                               self.options.storage_options)
-        return self._retention.run(self.retention.keep_batches if keep_batches is None
-                                   else keep_batches)
+        a running query (see ``orderedstream.statestore.ordered.retention``); waits for a
+        background cleanup that is running. Returns what it did."""
+        return self._cleanups.run(self.retention.keep_batches if keep_batches is None
+                                  else keep_batches)
+
+    def wait_for_cleanup(self, timeout: float | None = None) -> RetentionResult | None:
+        """Wait up to ``timeout`` seconds (None: no limit) for the automatic cleanup running
+        in the background; the newest finished cleanup's result (None: none yet, or the
+        newest failed, logged as a warning). TimeoutError when it still runs."""
+        if not self._cleanups.wait(timeout):
+            raise TimeoutError(f"the state cleanup at {self.options.state_location} still "
+                               f"runs after {timeout} s")
+        return None if self._cleanups.last_error is not None else self._cleanups.last
+
+    def _new_retention(self) -> OrderedRetention:
+        """Retention with a log object of its own (its thread shares no cache with batches)."""
+        log: Any = (DeltaBatchLog(self._delta.url, self._delta.options.storage_options,
+                                  writer_id=self._delta.app_id) if self._delta is not None
+                    else CommitLog(self.options.output, self.options.storage_options))
+        return OrderedRetention(log, self.options.state_location, self.options.storage_options)
 
     def _cleanup_if_due(self, batch_id: int) -> RetentionResult | None:
-        """Automatic retention after a commit: best-effort, a failure only logs a warning."""
+        """Automatic retention after a commit (started, or run when not in the background):
+        best-effort, a failure only logs a warning."""
         if not self.retention.due(batch_id):
+            return None
+        if self.retention.background:
+            self._cleanups.start(self.retention.keep_batches, batch_id)
             return None
         try:
             return self.cleanup_state()

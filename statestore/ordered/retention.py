@@ -31,9 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import fsspec
-
-from orderedstream.core import objectstore
+from orderedstream.core import lazys3, objectstore
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.errors import CorruptStateError, InvariantError, OptionError
 from orderedstream.core.storage import is_s3, read_object
@@ -65,14 +63,21 @@ class RetentionPolicy:
     the store option ``keep_last``, 100 like Spark's ``spark.sql.streaming.minBatchesToRetain``).
     ``cleanup_interval_batches``: run after each batch whose ``(batch_id + 1)`` is a multiple
     of it; None turns automatic cleanup off (``OrderedStateful.cleanup_state`` still works).
+    ``background``: the automatic cleanup runs in a driver thread while the next batches run
+    (``orderedstream.statestore.ordered.maintenance``); False runs it inside the due batch.
     """
 
     keep_batches: int
     cleanup_interval_batches: int | None = DEFAULT_CLEANUP_INTERVAL_BATCHES
+    background: bool = True
 
     def __post_init__(self) -> None:
         _positive("keep_batches", self.keep_batches)
         _positive("cleanup_interval_batches", self.cleanup_interval_batches, allow_none=True)
+        if not isinstance(self.background, bool):
+            raise OptionError(f"OrderedStateful(cleanup_in_background={self.background!r}): "
+                              "True (a driver thread cleans up beside the next batches) or "
+                              "False (inside the due batch) is required")
 
     def due(self, batch_id: int) -> bool:
         """Whether automatic cleanup runs after committing ``batch_id``."""
@@ -134,7 +139,8 @@ class OrderedRetention:
                  storage_options: Mapping[str, Any] | None = None) -> None:
         self.log = log
         self.state_location = state_location.rstrip("/")
-        self.fs, root = fsspec.core.url_to_fs(self.state_location, **dict(storage_options or {}))
+        # obstore lists, reads and deletes where it serves the location: no s3fs in the driver
+        self.fs, root = lazys3.url_to_fs(self.state_location, storage_options)
         self.root = root.rstrip("/")
         self._files_of: dict[str, frozenset[str]] = {}
 
@@ -174,11 +180,18 @@ class OrderedRetention:
                     raw = read_object(self.fs, path)
                 except FileNotFoundError as exc:
                     raw = exc
-            if not isinstance(raw, bytes):
+            if isinstance(raw, FileNotFoundError):
                 raise CorruptStateError(
                     f"state manifest {self.state_location}/{rel} is named by a retained commit "
-                    f"record of {self.log.url} but cannot be read ({raw!r}); cleanup stopped "
+                    f"record of {self.log.url} but does not exist ({raw}); cleanup stopped "
                     "without deleting anything. Was it removed by hand or by another tool?")
+            if not isinstance(raw, bytes):  # the store failed (throttled, unreachable)
+                first = str(raw).splitlines()[0] if str(raw) else type(raw).__name__
+                raise OSError(
+                    f"state manifest {self.state_location}/{rel} (named by a retained commit "
+                    f"record of {self.log.url}) could not be read: {first}; cleanup stopped "
+                    "without deleting anything (the next one retries)") from (
+                    raw if isinstance(raw, BaseException) else None)
             topic_dir = rel.split("/", 1)[0]
             manifest = Manifest.from_json(raw, path)
             self._files_of[rel] = frozenset(f"{topic_dir}/{e.remote}"
@@ -218,9 +231,11 @@ class OrderedRetention:
         doomed, counts = unreferenced(listed, manifests | files, latest)
         # Manifests first: an interrupted cleanup leaves unreferenced files, never a manifest
         # whose files are gone (neither is named by a record; the next run finishes the job).
-        doomed.sort(key=lambda rel: "/manifests/" not in rel)
-        if doomed:
-            self.fs.rm([f"{self.root}/{rel}" for rel in doomed])
+        manifests_first = [[f"{self.root}/{rel}" for rel in doomed if "/manifests/" in rel],
+                           [f"{self.root}/{rel}" for rel in doomed if "/manifests/" not in rel]]
+        for paths in manifests_first:
+            if paths and not objectstore.delete_many(self.fs, paths):
+                self.fs.rm(paths)
         result = RetentionResult(
             latest_batch=latest, oldest_retained_batch=records[0].batch_id,
             partitions=partitions, manifests_retained=len(manifests),

@@ -40,7 +40,7 @@ _REPLAY_BYTES = 32 << 20
 
 class ChangelogWriter:
     """Appends one version's writes to ``path``, zstd-compressed in 1 MiB chunks (memory stays
-    bounded whatever the batch size); ``close`` finishes the stream and fsyncs it."""
+    bounded whatever the batch size); ``close`` finishes the stream (and fsyncs it)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -83,15 +83,21 @@ class ChangelogWriter:
         self._out.write(self._buf)
         self._buf.clear()
 
-    def close(self) -> int:
-        """Finish the compressed stream and fsync it; returns the file size."""
+    def close(self, *, sync: bool = True) -> int:
+        """Finish the compressed stream and (``sync``) fsync it; returns the file size. A log
+        whose bytes go into its version's manifest is discarded after: no fsync (``sync``)."""
         if not self._out.closed:
             self._out.write(self._buf)
             self._buf.clear()
             self._out.close()
-            with open(self.path, "rb") as handle:
-                os.fsync(handle.fileno())
+            if sync:
+                self.sync()
         return os.path.getsize(self.path)
+
+    def sync(self) -> None:
+        """fsync the finished log (it stays in the local copy's cache once uploaded)."""
+        with open(self.path, "rb") as handle:
+            os.fsync(handle.fileno())
 
     def discard(self) -> None:
         if not self._out.closed:

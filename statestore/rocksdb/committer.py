@@ -208,7 +208,7 @@ class Committer(PartitionDB):
         flushed = time.perf_counter()
         name = f"changelog-{version}.log"
         try:
-            size = log.close()
+            size = log.close(sync=False)  # an inlined log is discarded: synced only if kept
             sha256 = sha256_file(log.path)
             limit = self._options.changelog_inline_bytes
             inlined = sum(e.size for e in copy.state.changelog if e.remote is None)
@@ -219,6 +219,7 @@ class Committer(PartitionDB):
                 new_files = {}
             else:
                 remote = f"{pdir}/sst/{version}-changelog-{attempt[:12]}.log"
+                log.sync()  # linked into the local copy's cache once committed
                 transfer(self._fs, "put", [log.path], [f"{self._root}/{remote}"],
                          self._options.upload_concurrency)
                 entry = FileEntry(name=name, size=size, sha256=sha256, remote=remote)

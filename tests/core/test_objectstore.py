@@ -140,3 +140,24 @@ def test_find_lists_by_path_segments_like_s3fs(s3: S3Server) -> None:
     assert {f"{base}/a/b/x", f"{base}/a/b/c/y"} <= set(found)
     assert f"{base}/a/bc/z" not in found and len(found) == 2 + 1205
     assert objectstore.find(fs, f"{base}/nothing-here") == []
+
+
+def test_delete_many_deletes_in_bulk_and_falls_back_to_the_caller(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs = _fs(s3)
+    base = f"{s3.bucket}/{unique('del')}"
+    doomed = [f"{base}/x/{i}" for i in range(1203)]  # more than one DeleteObjects request
+    for path in doomed:
+        objectstore.put(fs, path, b"1")
+    objectstore.put(fs, f"{base}/kept", b"k")
+    fs.ls(f"{base}/x")  # a listing s3fs caches must not outlive the delete
+    assert objectstore.delete_many(fs, [f"s3://{doomed[0]}", *doomed[1:],
+                                        f"{base}/x/never-existed"]) is True
+    assert objectstore.find(fs, base) == [f"{base}/kept"]
+    assert not fs.exists(doomed[5])
+    assert objectstore.delete_many(fs, []) is True
+    with pytest.raises(OSError, match=r"s3://no-such-bucket-"):
+        objectstore.delete_many(fs, [f"no-such-bucket-{unique('b')}/k"])
+    monkeypatch.setenv("ORDEREDSTREAM_NATIVE_S3", "0")
+    assert objectstore.delete_many(fs, [f"{base}/kept"]) is False  # the caller deletes
+    assert fs.cat_file(f"{base}/kept") == b"k"

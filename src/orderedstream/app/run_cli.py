@@ -85,7 +85,7 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
     """Check, start, show progress, restart after transient failures; the exit code."""
     from orderedstream.app.job.figures import FigureTracker
     from orderedstream.app.job.monitor import JobMonitor, ProgressView
-    from orderedstream.app.job.pipeline import start_job
+    from orderedstream.app.job.pipeline import finish_cleanup, start_job
     from orderedstream.app.job.preflight import check_durations, check_job
 
     check_durations(trigger=opts.trigger, idle_timeout=opts.idle_timeout)
@@ -131,6 +131,7 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
                         failure = exc  # below, once the progress view has stopped
                         break
             error = query.exception() or failure
+            finish_cleanup(processor, view.print)
             if (error is None or stopping["signal"] is not None
                     or tracker.figures.restarts >= args.max_restarts or not _transient(error)):
                 break

@@ -74,7 +74,7 @@ def test_retention_keeps_the_last_records_state_and_deletes_old_versions_and_orp
         return kafka_batch(spark, kafka.bootstrap, name, ranges)
 
     proc = _processor(s3, s3_url, tmp_path / "local", keep_batches=2,
-                      cleanup_interval_batches=3)
+                      cleanup_interval_batches=3, cleanup_in_background=False)
     results = {}
     crashed: list[PartitionCommit] = []
     before_cleanup = set()
@@ -201,6 +201,30 @@ def test_batch_output_df_is_exactly_the_batch_committed_rows(spark, kafka, topic
                   for r in native.collect()) == expected
 
 
+def test_the_automatic_cleanup_runs_beside_the_next_batches(
+        spark, kafka, topic, s3, s3_url, tmp_path) -> None:
+    """The default: a due batch starts the cleanup in a driver thread and returns; what it
+    deleted is what the synchronous cleanup deletes; the processor still pickles."""
+    name = topic(partitions=1)
+    kafka.produce(name, [(f"k{k}", str(r)) for r in range(4) for k in range(10)], 0)
+    proc = _processor(s3, s3_url, tmp_path / "local", keep_batches=1,
+                      cleanup_interval_batches=2)
+    assert proc.retention.background and proc.wait_for_cleanup(0) is None  # none yet
+    results = [proc.process_batch(kafka_batch(spark, kafka.bootstrap, name,
+                                              {0: (10 * i, 10 * (i + 1))}), i)
+               for i in range(4)]
+    assert all(r.cleanup is None for r in results)  # due after 1 and 3: started, not awaited
+    done = proc.wait_for_cleanup(120)
+    assert done is not None and done.latest_batch == 3 and done.oldest_retained_batch == 3
+    assert done.manifests_deleted >= 1
+    named = {f"topic={name}/{base.manifest}" for base in proc.partition_states(3).values()}
+    manifests = {rel for rel in _state_objects(proc) if artifact_of(rel)[0] == "manifests"}
+    assert manifests == named
+    assert dict(proc.read_state(name, 0)) == {f"k{k}".encode(): 3 for k in range(10)}
+    again = cloudpickle.loads(cloudpickle.dumps(proc))  # Spark Connect pickles foreachBatch
+    assert again.cleanup_state().latest_batch == 3
+
+
 def test_retention_options_are_checked_and_generic_cleanup_is_refused(tmp_path) -> None:
     url = f"file://{tmp_path}"
     schema = pa.schema([("key", pa.binary())])
@@ -209,6 +233,9 @@ def test_retention_options_are_checked_and_generic_cleanup_is_refused(tmp_path) 
                         output_schema=schema, keep_batches=0)
     with pytest.raises(OptionError, match="cleanup_interval_batches"):
         RetentionPolicy(keep_batches=5, cleanup_interval_batches=0)
+    with pytest.raises(OptionError, match=r"cleanup_in_background='yes'.*True"):
+        OrderedStateful(check_order, state_location=f"{url}/s", output=f"{url}/o",
+                        output_schema=schema, cleanup_in_background="yes")  # type: ignore[arg-type]
     proc = OrderedStateful(check_order, state_location=f"{url}/s", output=f"{url}/o",
                            output_schema=schema, store_options={"keep_last": 7},
                            cleanup_interval_batches=None)
@@ -231,6 +258,16 @@ def test_a_retained_manifest_removed_by_hand_stops_cleanup_naming_it(s3, s3_url)
     fs.pipe_file(kept, b"sst")
     retention = OrderedRetention(log, f"{s3_url}/state", s3.storage_options)
     with pytest.raises(CorruptStateError, match=rf"topic=t/{manifest} is named by a retained "
-                                                r"commit record .* cannot be read"):
+                                                r"commit record .* does not exist"):
         retention.run(keep_batches=1)
     assert fs.exists(kept)  # nothing deleted
+    # A store that fails (here: nothing listens) is not called corruption: the next retries.
+    unreachable = {**s3.storage_options, "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"},
+                   "config_kwargs": {"retries": {"max_attempts": 1}}}
+    failing = OrderedRetention(log, f"{s3_url}/state", unreachable)
+    with pytest.raises(OSError, match=rf"topic=t/{manifest} \(named by a retained commit "
+                                      r"record .*\) could not be read: .*the next one retries"
+                       ) as failed:
+        failing.run(keep_batches=1)
+    assert not isinstance(failed.value, CorruptStateError)
+    assert fs.exists(kept)

@@ -111,7 +111,8 @@ def test_retention_figures_for_a_30_batch_run(spark, kafka, topic, s3, s3_url,
     assert total == PARTITIONS * PER_BATCH * (BATCHES + 1)
 
     # Run B: automatic cleanup every 5 batches keeping 10 (same data).
-    auto = processor(f"{s3_url}-b", "b", keep_batches=10, cleanup_interval_batches=5)
+    auto = processor(f"{s3_url}-b", "b", keep_batches=10, cleanup_interval_batches=5,
+                     cleanup_in_background=False)  # each cleanup's result in its batch
     cleanups = []
     started = time.perf_counter()
     for i in range(BATCHES):

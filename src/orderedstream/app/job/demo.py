@@ -19,7 +19,12 @@ from typing import Any
 from orderedstream.app.job.figures import FigureTracker
 from orderedstream.app.job.generator import GeneratorOptions, GeneratorStats, generate
 from orderedstream.app.job.monitor import JobMonitor, ProgressView
-from orderedstream.app.job.pipeline import JobOptions, start_job, wait_caught_up
+from orderedstream.app.job.pipeline import (
+    JobOptions,
+    finish_cleanup,
+    start_job,
+    wait_caught_up,
+)
 from orderedstream.app.job.verify import Verification, compare, expected_from_topics, read_topics
 
 
@@ -92,6 +97,7 @@ def run_demo(spark: Any, bootstrap: str, storage_options: dict[str, Any], base_u
             wait_caught_up(query, opts, done_producing=lambda: bool(stats_box or errors))
     finally:
         query.stop()
+        finish_cleanup(processor, view.print)
     if errors:
         raise errors[0]
     view.update(_final_view(tracker, time.monotonic() - began), force=True)

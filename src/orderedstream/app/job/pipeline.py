@@ -182,6 +182,21 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
         spark.conf.unset(CHECKPOINT_MANAGER_CONF)
 
 
+CLEANUP_WAIT_S = 30.0
+"""How long a stopped query waits for the state cleanup running beside its last batches."""
+
+
+def finish_cleanup(processor: Any, say: Callable[[str], None]) -> None:
+    """Let the state cleanup started by the last due batch end once the query stopped (a clean
+    stop, and no two cleanups at once after a restart); one still running after
+    ``CLEANUP_WAIT_S`` is left to its daemon thread (the next cleanup finishes its work)."""
+    try:
+        processor.wait_for_cleanup(CLEANUP_WAIT_S)
+    except TimeoutError:
+        say(f"[job] the state cleanup still runs after {CLEANUP_WAIT_S:.0f}s; the next one "
+            "finishes what it leaves")
+
+
 def _batch_function(spark: Any, process: Callable[[Any, int], Any],
                     on_batch: Callable[[Any, float], None] | None) -> Callable[[Any, int], Any]:
     """The ``foreachBatch`` function: first the idle Python pools of Spark's planner runs are
