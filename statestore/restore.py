@@ -76,8 +76,8 @@ def _write_inline(entry: FileEntry, manifest: Manifest, cache_dir: str,
                   location_url: str) -> None:
     """Put a changelog inlined in ``manifest`` in the cache, checked like a downloaded one."""
     target = os.path.join(cache_dir, cache_name(entry))
-    if os.path.exists(target):
-        return
+    if os.path.exists(target) and os.path.getsize(target) == entry.size:
+        return  # else torn (written without fsync before a power cut): written again
     what = (f"changelog {entry.name} inlined in state version {manifest.version} of partition "
             f"{manifest.partition} at {location_url}")
     try:

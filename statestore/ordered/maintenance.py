@@ -36,7 +36,6 @@ class StateCleanups:
         self._location = location
         self._retention: OrderedRetention | None = None
         self._lock = threading.Lock()  # held while a cleanup runs
-        self._thread: threading.Thread | None = None
         self.last: RetentionResult | None = None
         self.last_error: Exception | None = None
         """The exception of the newest background cleanup that failed (None after a success)."""
@@ -57,21 +56,20 @@ class StateCleanups:
         if self._retention is None:
             self._retention = self._make()
         result = self._retention.run(keep_batches)
-        self.last = result
+        self.last, self.last_error = result, None
         return result
 
     def start(self, keep_batches: int, batch_id: int) -> bool:
         """Start a cleanup in the background after batch ``batch_id``'s commit; False (and
         nothing started) while the previous one still runs."""
         if not self._lock.acquire(blocking=False):
-            _log.info("state cleanup after batch %s at %s skipped: the previous one still "
-                      "runs (the next due batch starts another)", batch_id, self._location)
+            _log.warning("state cleanup after batch %s at %s skipped: the previous one still "
+                         "runs (the next due batch starts another)", batch_id, self._location)
             return False
 
         def work() -> None:
             try:
                 self._run(keep_batches)
-                self.last_error = None
             except Exception as exc:  # noqa: BLE001 - a cleanup must never fail the query
                 self.last_error = exc
                 _log.warning("state cleanup after batch %s at %s failed (the batch is "
@@ -80,24 +78,21 @@ class StateCleanups:
             finally:
                 self._lock.release()
 
-        thread = threading.Thread(target=work, name=f"orderedstream-cleanup-b{batch_id}",
-                                  daemon=True)
         try:
+            thread = threading.Thread(target=work, name=f"orderedstream-cleanup-b{batch_id}",
+                                      daemon=True)
             thread.start()
         except BaseException:
             self._lock.release()
             raise
-        self._thread = thread
         return True
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait up to ``timeout`` seconds (None: no limit) for the background cleanup; True
-        when none is running any more."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-            if thread.is_alive():
-                return False
+        """Wait up to ``timeout`` seconds (None: no limit) for the running cleanup (background
+        or not); True when none runs any more."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return False
+        self._lock.release()
         return True
 
 

@@ -279,10 +279,10 @@ class OrderedStateful:
         best-effort, a failure only logs a warning."""
         if not self.retention.due(batch_id):
             return None
-        if self.retention.background:
-            self._cleanups.start(self.retention.keep_batches, batch_id)
-            return None
         try:
+            if self.retention.background:
+                self._cleanups.start(self.retention.keep_batches, batch_id)
+                return None
             return self.cleanup_state()
         except Exception as exc:  # noqa: BLE001 - cleanup must never fail a committed batch
             _log.warning("state cleanup after batch %s at %s failed (the batch is committed; "

@@ -13,6 +13,7 @@ serve and ``ORDEREDSTREAM_NATIVE_S3=0`` get fsspec's own filesystem, as before.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,9 +64,19 @@ class LazyS3FileSystem:
         return path.rstrip("/") or cls.root_marker
 
     def invalidate_cache(self, path: str | None = None) -> None:
-        """s3fs's listing cache: nothing to drop before s3fs exists."""
+        """s3fs's listing cache. fsspec shares one s3fs filesystem per options in a process, so
+        once s3fs is imported another user's (a commit log's) may hold a listing of ``path``:
+        it is dropped there too, without creating one here. Before s3fs is imported no
+        listing can exist."""
         if self._fs is not None:
             self._fs.invalidate_cache(path)
+            return
+        s3fs = sys.modules.get("s3fs")
+        if s3fs is None:
+            return
+        for fs in list(getattr(s3fs.S3FileSystem, "_cache", {}).values()):  # fsspec's cache
+            if getattr(fs, "storage_options", None) == self.storage_options:
+                fs.invalidate_cache(path)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name == "_fs":

@@ -249,7 +249,8 @@ def delete_many(fs: Any, paths: Sequence[str]) -> bool:
     """Delete ``paths`` of ``fs`` through obstore (S3 ``DeleteObjects``, up to 1,000 keys a
     request); an absent object counts as deleted, as with s3fs. False, having deleted
     nothing, when the obstore path is not available for every path (the caller deletes with
-    ``fs``); an ``OSError`` naming the first ``s3://`` URL of a failed request.
+    ``fs``); an ``OSError`` naming the bucket when a request failed (others may have deleted
+    their keys: callers must be idempotent, as retention is).
 
     Why: the driver's state retention deletes every batch's replaced manifests and files.
     Through s3fs the first cleanup of a run imported s3fs, aiobotocore and botocore and built
@@ -271,8 +272,8 @@ def delete_many(fs: Any, paths: Sequence[str]) -> bool:
         try:
             obstore.delete(store, keys)
         except Exception as exc:  # noqa: BLE001 - obstore's errors, as the pack's OSError
-            raise OSError(f"S3 delete of {len(keys)} object(s) from s3://{bucket}/ (the first "
-                          f"s3://{bucket}/{keys[0]}) failed: {exc}") from exc
+            raise OSError(f"S3 delete of {len(keys)} object(s) from s3://{bucket}/ (among them "
+                          f"s3://{bucket}/{keys[0]}) failed, some may be deleted: {exc}") from exc
         finally:
             for key in keys:
                 fs.invalidate_cache(f"{bucket}/{key}")

@@ -188,8 +188,9 @@ CLEANUP_WAIT_S = 30.0
 
 def finish_cleanup(processor: Any, say: Callable[[str], None]) -> None:
     """Let the state cleanup started by the last due batch end once the query stopped (a clean
-    stop, and no two cleanups at once after a restart); one still running after
-    ``CLEANUP_WAIT_S`` is left to its daemon thread (the next cleanup finishes its work)."""
+    stop; after a restart, no cleanup of the old run beside the new one's unless it outlives
+    the wait: concurrent cleanups are safe, see ``statestore.ordered.retention``); one still
+    running after ``CLEANUP_WAIT_S`` is left to its daemon thread."""
     try:
         processor.wait_for_cleanup(CLEANUP_WAIT_S)
     except TimeoutError:
