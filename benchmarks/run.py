@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = (args.out or Path(__file__).resolve().parent / "reports" / stamp).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    # The report's files sit at the top of ``out``; its folders are scratch (the services'
+    # data, each case's work), never to be committed with a report kept in the repository.
+    ignore = out / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# scratch of scripts/bench: services, case work folders\n*/\n")
     began = time.monotonic()
     results: list[dict] = []
     failures: dict[str, str] = {}

@@ -55,6 +55,7 @@ import pyarrow as pa
 from orderedstream.core.commitlog import CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import CommitConflictError, SchemaMismatchError
+from orderedstream.core.storage import private_options
 from orderedstream.sinks.deltafiles import add_action, delta_storage_options
 from orderedstream.sinks.deltalog import COMMIT_KEY, FORMAT, DeltaBatchLog, DeltaEntry
 from orderedstream.sinks.options import FencedParquetOptions
@@ -104,11 +105,18 @@ class DeltaCommitter:
         self.checkpoint_interval = int(checkpoint_interval)
         self.url = options.path.rstrip("/")
         self.delta_options = delta_storage_options(self.url, options.storage_options)
-        self.log = DeltaBatchLog(self.url, options.storage_options, writer_id=app_id)
+        self.log = self.new_log()
         self._table: Any = None
         self._prepared_at: int | None = None
         """The batch whose ``prepare`` last read the table (its first commit attempt starts
         from that snapshot)."""
+
+    def new_log(self, *, private: bool = False) -> DeltaBatchLog:
+        """A batch log of this table and writer with caches of its own (``log`` is the
+        committer's); ``private``: its filesystem too (``storage.private_options``)."""
+        options = self.options.storage_options
+        return DeltaBatchLog(self.url, private_options(options) if private else options,
+                             writer_id=self.app_id)
 
     # ---- the delta-rs handle ------------------------------------------------------------
     def table(self) -> Any:

@@ -69,6 +69,16 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
     # Warm tasks whose partition was still open in their worker (StateStoreOptions.keep_open)
     figures["kept_open_share"] = (sum(bool(t["metrics"].get("restore", {}).get("kept_open"))
                                       for t in tasks) / len(tasks)) if tasks else 0.0
+    # A task's open by whether its worker kept the partition open (else: asks the keeper to
+    # close it, then opens RocksDB): what a miss costs.
+    figures["open_ms_by_kept"] = {
+        label: round(1000 * statistics.median(group), 1)
+        for label, group in (
+            ("kept", [t["metrics"]["open_s"] for t in tasks
+                      if t["metrics"].get("restore", {}).get("kept_open")]),
+            ("not kept", [t["metrics"]["open_s"] for t in tasks
+                          if not t["metrics"].get("restore", {}).get("kept_open")]))
+        if group and all("open_s" in t["metrics"] for t in tasks)}
     return figures
 
 
@@ -103,6 +113,7 @@ def run(ctx: CaseContext) -> list[Result]:
               "task_ms (median per task, warm)": {k: round(v, 1)
                                                   for k, v in ours["task_ms"].items()},
               "tasks reusing a partition kept open (warm)": round(ours["kept_open_share"], 2),
+              "task open ms by kept (median, warm)": ours["open_ms_by_kept"],
               "batch_ms": ours["batch_ms"]}
     target = f"issue 16 target ({TARGET_MS:.0f} ms)"
     return [

@@ -22,7 +22,11 @@ import logging
 import threading
 from collections.abc import Callable
 
-from orderedstream.statestore.ordered.retention import OrderedRetention, RetentionResult
+from orderedstream.statestore.ordered.retention import (
+    OrderedRetention,
+    RetentionPolicy,
+    RetentionResult,
+)
 
 _log = logging.getLogger("orderedstream.statestore.ordered")
 
@@ -86,6 +90,31 @@ class StateCleanups:
             self._lock.release()
             raise
         return True
+
+    def after_batch(self, policy: RetentionPolicy, batch_id: int) -> RetentionResult | None:
+        """The automatic cleanup after committing ``batch_id`` when ``policy`` says it is due:
+        started in the background (None), or run now and its result. Best effort: a failure
+        is logged as a warning, never raised into the committed batch."""
+        if not policy.due(batch_id):
+            return None
+        try:
+            if policy.background:
+                self.start(policy.keep_batches, batch_id)
+                return None
+            return self.run(policy.keep_batches)
+        except Exception as exc:  # noqa: BLE001 - cleanup must never fail a committed batch
+            _log.warning("state cleanup after batch %s at %s failed (the batch is committed; "
+                         "the next cleanup retries): %s: %s", batch_id, self._location,
+                         type(exc).__name__, exc)
+            return None
+
+    def result(self, timeout: float | None = None) -> RetentionResult | None:
+        """The newest finished cleanup's result once none runs (None: none yet, or the newest
+        failed); TimeoutError when one still runs after ``timeout`` seconds."""
+        if not self.wait(timeout):
+            raise TimeoutError(f"the state cleanup at {self._location} still runs after "
+                               f"{timeout} s")
+        return None if self.last_error is not None else self.last
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds (None: no limit) for the running cleanup (background

@@ -56,6 +56,7 @@ from orderedstream.core.errors import (
     raise_reason_first,
 )
 from orderedstream.core.jvm import map_in_arrow
+from orderedstream.core.storage import private_options
 from orderedstream.python_datasource.client_config import secrets_from_options
 from orderedstream.python_datasource.ranges import is_range_columns
 from orderedstream.sinks.commit import prepare_batch
@@ -212,9 +213,15 @@ class OrderedStateful:
         """The output table's batch log (also the state's version index): ``CommitLog``, or
         ``DeltaBatchLog`` (the same read API over the Delta log) for Delta output."""
         if self._log is None:
-            self._log = (self._delta.log if self._delta is not None
-                         else CommitLog(self.options.output, self.options.storage_options))
+            self._log = self._delta.log if self._delta is not None else self._new_log()
         return self._log
+
+    def _new_log(self, *, private: bool = False) -> Any:
+        """A batch log object of the output with caches (``private``: a filesystem) of its own."""
+        if self._delta is not None:
+            return self._delta.new_log(private=private)
+        options = self.options.storage_options
+        return CommitLog(self.options.output, private_options(options) if private else options)
 
     def table(self) -> Any:
         """The committed output: ``FencedTable`` (pyarrow dataset, ``to_arrow()``, Spark
@@ -262,33 +269,16 @@ class OrderedStateful:
         """Wait up to ``timeout`` seconds (None: no limit) for the automatic cleanup running
         in the background; the newest finished cleanup's result (None: none yet, or the
         newest failed, logged as a warning). TimeoutError when it still runs."""
-        if not self._cleanups.wait(timeout):
-            raise TimeoutError(f"the state cleanup at {self.options.state_location} still "
-                               f"runs after {timeout} s")
-        return None if self._cleanups.last_error is not None else self._cleanups.last
+        return self._cleanups.result(timeout)
 
     def _new_retention(self) -> OrderedRetention:
-        """Retention with a log object of its own (its thread shares no cache with batches)."""
-        log: Any = (DeltaBatchLog(self._delta.url, self._delta.options.storage_options,
-                                  writer_id=self._delta.app_id) if self._delta is not None
-                    else CommitLog(self.options.output, self.options.storage_options))
-        return OrderedRetention(log, self.options.state_location, self.options.storage_options)
+        """Retention with a log and filesystems of its own (its thread shares no cache)."""
+        return OrderedRetention(self._new_log(private=True), self.options.state_location,
+                                private_options(self.options.storage_options))
 
     def _cleanup_if_due(self, batch_id: int) -> RetentionResult | None:
-        """Automatic retention after a commit (started, or run when not in the background):
-        best-effort, a failure only logs a warning."""
-        if not self.retention.due(batch_id):
-            return None
-        try:
-            if self.retention.background:
-                self._cleanups.start(self.retention.keep_batches, batch_id)
-                return None
-            return self.cleanup_state()
-        except Exception as exc:  # noqa: BLE001 - cleanup must never fail a committed batch
-            _log.warning("state cleanup after batch %s at %s failed (the batch is committed; "
-                         "the next cleanup retries): %s: %s", batch_id,
-                         self.options.state_location, type(exc).__name__, exc)
-            return None
+        """Automatic retention after committing ``batch_id`` (``StateCleanups.after_batch``)."""
+        return self._cleanups.after_batch(self.retention, batch_id)
 
     # ---- the stage in the query's plan (figures in StreamingQueryProgress) ------------
     def apply(self, df: Any, *, name: str = "orderedstream") -> Any:

@@ -104,6 +104,8 @@ class Expiry(Writes):
         upper = ttl_mod.index_upper_bound(ttl_mod.now_ms() if now_ms is None else now_ms)
         done = 0
         for entry, _ in ttl_s.cf.items():
+            if not self._write_ok:  # resumed after a commit (marked dirty again, logged), or
+                self._writable()  # after prepare_commit or close: refused
             if entry >= upper or (limit is not None and done >= limit):
                 break
             expires, space, key = ttl_mod.parse_index_key(entry)

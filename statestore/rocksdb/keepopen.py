@@ -241,8 +241,9 @@ def _ask(pid: int, name: str, key: str, *, since: float, timeout_s: float, what:
             return  # its RocksDB lock ended with it
         if time.monotonic() >= deadline:
             raise StateLockedError(
-                f"{what} did not close it within {timeout_s:.0f} s (lock_timeout_s); a local "
-                "RocksDB copy can be opened by one process at a time")
+                f"{what} did not close it within {timeout_s:.1f} s (lock_timeout_s, less the "
+                "wait for the copy's own lock); a local RocksDB copy can be opened by one "
+                "process at a time")
         time.sleep(0.05)
 
 

@@ -122,11 +122,15 @@ class RocksDBStatePartition(Committer, Expiry):
         self._flush()
         if not reverse:
             for key, raw in s.cf.items(from_key=lo):
+                if self._status is Status.CLOSED:
+                    self._readable()  # resumed after close: the DB may serve another holder
                 if hi is not None and key >= hi:
                     break
                 yield key, decode(_payload(raw))
         else:
             for key, raw in s.cf.items(backwards=True, from_key=hi):
+                if self._status is Status.CLOSED:
+                    self._readable()
                 if hi is not None and key >= hi:
                     continue
                 if lo is not None and key < lo:
@@ -143,7 +147,10 @@ class RocksDBStatePartition(Committer, Expiry):
         s = self._space(space)
         if s is not None:
             self._flush()
-            yield from s.cf.items()
+            for item in s.cf.items():
+                if self._status is Status.CLOSED:
+                    self._readable()
+                yield item
 
     def decode(self, space: str, payload: bytes) -> Any:
         """Decode a value payload of ``space`` with that space's codec."""

@@ -103,8 +103,10 @@ class RocksDBStateStore(StateStoreBase):
                               "(EMPTY_VERSION opens an empty partition) is required")
         started = time.perf_counter()
         fs, root = self.filesystem()
+        waited = time.monotonic()
         copy = LocalCopy(self.local_copy_dir(partition), timeout_s=self.options.lock_timeout_s,
                          location_url=self.location.url, partition=partition)
+        waited = time.monotonic() - waited
         kept = None
         try:
             rel = None if version == EMPTY_VERSION else self._resolve(partition, version)
@@ -112,7 +114,9 @@ class RocksDBStateStore(StateStoreBase):
             downloaded = reused_files = bytes_downloaded = 0
             reused = (not st.dirty and st.version == version and st.manifest == rel
                       and st.db is not None)
-            kept = self._kept(copy, reused, partition)
+            # one lock_timeout_s for both waits: the copy's lock, then its keeper
+            kept = self._kept(copy, reused, partition,
+                              timeout_s=max(0.0, self.options.lock_timeout_s - waited))
             if not reused:
                 db = f"db-{uuid.uuid4().hex[:12]}"
                 files = {}
@@ -152,12 +156,13 @@ class RocksDBStateStore(StateStoreBase):
         _log.info("state open %s", self.last_restore.to_dict())
         return part
 
-    def _kept(self, copy: LocalCopy, reused: bool, partition: int) -> Kept | None:
+    def _kept(self, copy: LocalCopy, reused: bool, partition: int, *,
+              timeout_s: float) -> Kept | None:
         """The DB of ``copy`` this process kept open (``keepopen``) when it holds the version
         being opened, else None; a DB of the copy kept here or by another process is closed
         first, so the copy's DB can be opened, replaced or deleted."""
         kept = keepopen.take(copy.dir)
-        keepopen.release_elsewhere(copy.dir, timeout_s=self.options.lock_timeout_s,
+        keepopen.release_elsewhere(copy.dir, timeout_s=timeout_s,
                                    what=f"state partition {partition} of {self.location.url}")
         if kept is None:
             return None

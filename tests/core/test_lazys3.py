@@ -4,6 +4,7 @@ anything else gets the s3fs filesystem fsspec would have given."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import pickle
@@ -107,3 +108,55 @@ def test_what_obstore_does_not_serve_gets_fsspecs_filesystem(s3: S3Server,
         assert type(fs) is s3fs_type
     finally:
         del os.environ["ORDEREDSTREAM_NATIVE_S3"]
+
+
+def test_a_listing_popped_by_another_thread_mid_invalidation_is_no_error(s3: S3Server) -> None:
+    """fsspec's ``DirCache.pop`` reads, then deletes: a thread whose listing is popped in
+    between by another (a batch's commit log and the state cleanup share s3fs's instance)
+    gets ``KeyError`` from s3fs; the lazy filesystem's invalidation finishes the job."""
+    url = s3.url(unique("lazyrace"))
+    fs, root = lazys3.url_to_fs(url, s3.storage_options)
+    shared = fsspec.filesystem("s3", **s3.storage_options)
+    assert objectstore.put(fs, f"{root}/a", b"x") is True
+    shared.ls(root)  # a real listing, cached
+    assert root in shared.dircache
+    plain = type(shared.dircache)
+    raced = []
+
+    class Racing(plain):  # type: ignore[misc, valid-type]
+        def __delitem__(self, key: str) -> None:
+            if not raced:  # the other thread's pop lands between this pop's read and delete
+                raced.append(key)
+                self._cache.pop(key)
+            super().__delitem__(key)
+
+    shared.dircache.__class__ = Racing
+    try:
+        fs.invalidate_cache(f"{root}/a")
+    finally:
+        shared.dircache.__class__ = plain
+    assert raced == [root] and root not in shared.dircache
+
+
+def test_a_legacy_retries_setting_still_finds_the_shared_listing(s3: S3Server) -> None:
+    """botocore rewrites ``retries: {max_attempts: n}`` as ``total_max_attempts: n + 1`` in the
+    options' own dict when s3fs builds its client: the lazy filesystem still recognises the
+    shared instance's options, and obstore retries the same either way."""
+    config = dict(s3.storage_options["config_kwargs"])
+    config["retries"] = {"max_attempts": 2, "mode": "standard"}
+    options = {**s3.storage_options, "config_kwargs": config}
+    url = s3.url(unique("lazylegacy"))
+    fs, root = lazys3.url_to_fs(url, copy.deepcopy(options))  # as unpickled in a worker
+    shared = fsspec.filesystem("s3", **options)
+    assert objectstore.put(fs, f"{root}/a", b"x") is True
+    shared.ls(root)  # builds the client: botocore rewrote the retries dict
+    assert shared.storage_options["config_kwargs"]["retries"] == {
+        "mode": "standard", "total_max_attempts": 3}
+    assert fs.storage_options["config_kwargs"]["retries"] == {"max_attempts": 2,
+                                                              "mode": "standard"}
+    assert (objectstore.settings_for(shared.storage_options)
+            == objectstore.settings_for(fs.storage_options))
+    assert root in shared.dircache
+    assert objectstore.put(fs, f"{root}/b", b"y") is True and not fs.created
+    assert root not in shared.dircache
+    assert sorted(p.rsplit("/", 1)[1] for p in shared.ls(root)) == ["a", "b"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orderedstream.core.errors import StateLockedError
+from orderedstream.core.errors import StateLockedError, StateTransactionError
 from orderedstream.statestore import EMPTY_VERSION
 from orderedstream.statestore.rocksdb import keepopen
 from orderedstream.statestore.rocksdb.store import RocksDBStateStore
@@ -210,3 +210,62 @@ def test_close_under_closes_the_copies_of_a_folder(make_store: Factory) -> None:
     keepopen.close_under(local)
     assert keepopen.take(store.local_copy_dir(0)) is None
     assert keepopen.take(store.local_copy_dir(1)) is None
+
+
+def test_an_iterator_resumed_after_close_fails_instead_of_reaching_a_reused_db(
+        make_store: Factory) -> None:
+    """A ``range``/``raw_items`` generator left suspended when its partition closed must not
+    go on in the DB that close kept open, now another holder's; nor an ``expire``."""
+    store = make_store()
+    with store.open(0, EMPTY_VERSION) as part:
+        for i in range(4):
+            part.put(f"k{i}", i)
+            part.put(f"t{i}", i, space="timed", ttl_ms=0, now_ms=0)
+        part.commit(0)
+    part = store.open(0, 0)
+    ranged, raw, backwards = part.range(), part.raw_items(), part.range(reverse=True)
+    assert next(ranged) == (b"k0", 0)
+    assert next(raw)[0] == b"k0"
+    assert next(backwards) == (b"k3", 3)
+    part.close()
+    again = store.open(0, 0)  # takes the DB the close above kept open
+    assert store.last_restore is not None and store.last_restore.kept_open
+    for gen in (ranged, raw, backwards):
+        with pytest.raises(StateTransactionError, match="is closed"):
+            next(gen)
+    expiring = again.expire(now_ms=10)
+    assert next(expiring)[:2] == ("timed", b"t0")
+    again.close()  # written: the DB is closed, not kept
+    with pytest.raises(StateTransactionError, match="is closed"):
+        next(expiring)
+    with store.open(0, 0) as part:
+        assert [k for k, _ in part.range(space="timed")] == [b"t0", b"t1", b"t2", b"t3"]
+        assert part.get("k3") == 3
+
+
+def test_an_expire_resumed_after_prepare_commit_writes_nothing(make_store: Factory) -> None:
+    store = make_store()
+    with store.open(0, EMPTY_VERSION) as part:
+        for i in range(3):
+            part.put(f"t{i}", i, space="timed", ttl_ms=0, now_ms=0)
+        part.commit(0)
+    with store.open(0, 0) as part:
+        expiring = part.expire(now_ms=10)
+        assert next(expiring)[1] == b"t0"
+        part.prepare_commit(1)
+        with pytest.raises(StateTransactionError, match="is prepared"):
+            next(expiring)
+    # One resumed after a commit writes the next version, logged like any write: another
+    # machine restores version 2 from its changelog without t1.
+    logged = make_store(changelog=True)
+    with logged.open(0, 0) as part:
+        expiring = part.expire(now_ms=10)
+        assert next(expiring)[1] == b"t0"
+        part.commit(1)
+        assert next(expiring)[1] == b"t1"
+        part.commit(2)
+    other = make_store("m1", changelog=True)
+    for version, keys in ((1, [b"t1", b"t2"]), (2, [b"t2"])):
+        with other.open(0, version) as part:
+            assert other.last_restore is not None and not other.last_restore.reused_local
+            assert [k for k, _ in part.range(space="timed")] == keys

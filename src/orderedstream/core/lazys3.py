@@ -14,10 +14,40 @@ serve and ``ORDEREDSTREAM_NATIVE_S3=0`` get fsspec's own filesystem, as before.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from orderedstream.core import objectstore
+
+_invalidating = threading.Lock()
+"""Serializes this module's invalidations of s3fs listing caches. fsspec shares one s3fs
+instance per options between a process's threads, and its ``DirCache.pop`` is a read, then a
+delete: two threads popping one listing, one gets ``KeyError``. (The state cleanup's thread
+uses instances of its own: ``storage.private_options``.)"""
+
+
+def _comparable(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` without ``config_kwargs["retries"]``, which botocore rewrites in the
+    options' own dict once the client exists (``max_attempts`` n -> ``total_max_attempts``
+    n + 1, a missing ``mode`` added). Matching instances that differ only there is harmless:
+    an invalidation only drops a listing."""
+    config = options.get("config_kwargs")
+    if not isinstance(config, Mapping) or "retries" not in config:
+        return dict(options)
+    return {**options, "config_kwargs": {k: v for k, v in config.items() if k != "retries"}}
+
+
+def _invalidate(fs: Any, path: str | None) -> None:
+    """``fs.invalidate_cache(path)``, again while another thread (outside this module) pops a
+    listing between the cache's read and delete: each retry finds one listing fewer."""
+    for _ in range(16):
+        try:
+            fs.invalidate_cache(path)
+            return
+        except KeyError:
+            continue
+    fs.invalidate_cache(path)
 
 
 class LazyS3FileSystem:
@@ -68,15 +98,18 @@ class LazyS3FileSystem:
         once s3fs is imported another user's (a commit log's) may hold a listing of ``path``:
         it is dropped there too, without creating one here. Before s3fs is imported no
         listing can exist."""
-        if self._fs is not None:
-            self._fs.invalidate_cache(path)
-            return
         s3fs = sys.modules.get("s3fs")
         if s3fs is None:
             return
-        for fs in list(getattr(s3fs.S3FileSystem, "_cache", {}).values()):  # fsspec's cache
-            if getattr(fs, "storage_options", None) == self.storage_options:
-                fs.invalidate_cache(path)
+        with _invalidating:
+            if self._fs is not None:
+                _invalidate(self._fs, path)
+            # every fsspec instance of these options (a dict botocore rewrote makes another)
+            mine = _comparable(self.storage_options)
+            for fs in list(getattr(s3fs.S3FileSystem, "_cache", {}).values()):
+                theirs = _comparable(getattr(fs, "storage_options", None) or {})
+                if fs is not self._fs and theirs == mine:
+                    _invalidate(fs, path)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name == "_fs":

@@ -104,11 +104,23 @@ def settings_for(options: Mapping[str, Any]) -> dict[str, Any] | None:
         client_options["allow_http"] = True
     if client.get("verify") is False:
         client_options["allow_invalid_certificates"] = True
-    attempts = int((config.get("retries") or {}).get("max_attempts", 5))
+    attempts = total_attempts(config.get("retries")) - 1  # obstore: one request fewer
+    # than botocore, as since this module was written (max_attempts n: n - 1 retries)
     out["client_options"] = client_options
     out["retry_config"] = {"max_retries": max(0, attempts - 1),
                            "retry_timeout": timedelta(seconds=60)}
     return out
+
+
+def total_attempts(retries: Mapping[str, Any] | None) -> int:
+    """An s3fs ``config_kwargs["retries"]`` as botocore's ``total_max_attempts`` (the first
+    request counted; ``max_attempts`` counts retries: n -> n + 1; unset: 6, this module's
+    default). botocore rewrites the one as the other in the options' own dict when s3fs
+    builds its client, so both forms must give the same obstore store."""
+    retries = retries or {}
+    if retries.get("total_max_attempts") is not None:
+        return int(retries["total_max_attempts"])
+    return int(retries.get("max_attempts", 5)) + 1
 
 
 def _store(fs: Any, bucket: str) -> Any | None:
@@ -326,4 +338,5 @@ class SmallObjectFile:
         self.closed = True
 
 
-__all__ = ["SmallObjectFile", "delete_many", "find", "get", "get_many", "native", "put"]
+__all__ = ["SmallObjectFile", "delete_many", "find", "get", "get_many", "native", "put",
+           "total_attempts"]

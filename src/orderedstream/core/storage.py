@@ -18,6 +18,7 @@ import hashlib
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from orderedstream.core import objectstore
@@ -43,9 +44,17 @@ def s3_endpoint_options(endpoint: str | None = None, *,
     return {
         "client_kwargs": client,
         "config_kwargs": {"s3": {"addressing_style": "path"},
-                          "retries": {"max_attempts": 3, "mode": "standard"},
+                          # botocore's own form: it rewrites max_attempts in place
+                          "retries": {"total_max_attempts": 4, "mode": "standard"},
                           "connect_timeout": 5, "read_timeout": 30},
     }
+
+
+def private_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``storage_options`` for a filesystem instance of one's own. fsspec otherwise shares one
+    instance per options in a process, listing cache included, whose updates are not
+    thread-safe: a driver thread beside the batches' (the state cleanup) uses these."""
+    return {**(storage_options or {}), "skip_instance_cache": True}
 
 
 def _protocols(fs: Any) -> set[str]:

@@ -233,6 +233,14 @@ def test_the_automatic_cleanup_runs_beside_the_next_batches(
     assert dict(proc.read_state(name, 0)) == {f"k{k}".encode(): 3 for k in range(10)}
     again = cloudpickle.loads(cloudpickle.dumps(proc))  # Spark Connect pickles foreachBatch
     assert again.cleanup_state().latest_batch == 3
+    # The cleanup thread's log and state filesystems are its own instances, listing caches
+    # included: fsspec's shared one (the batches' log) is never updated from two threads.
+    retention = proc._cleanups._retention
+    assert retention is not None
+    shared = fsspec.filesystem("s3", **proc.options.storage_options)
+    assert proc.log.fs is shared and retention.log.fs is not shared
+    assert retention.log.fs.dircache is not shared.dircache
+    assert retention.fs.filesystem() is not shared
 
 
 def test_retention_options_are_checked_and_generic_cleanup_is_refused(tmp_path) -> None:

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from orderedstream.dev.services import sparkhome
 from orderedstream.dev.services.cache import cache_root
 from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS
@@ -101,7 +103,7 @@ def build(*, force: bool = False, timeout_s: float = 300.0) -> Path | None:
             log.warning("JVM archive: the training run failed (exit %s): %s", done.returncode,
                         (done.stderr or done.stdout)[-800:])
             return None
-        while _alive(pid):  # the JVM writes the archive as it exits, after its Python driver
+        while psutil.pid_exists(pid):  # the JVM writes the archive as it exits, after Python
             if time.monotonic() > deadline:
                 log.warning("JVM archive: the training JVM %d did not exit in %.0f s", pid,
                             timeout_s)
@@ -152,16 +154,6 @@ def _trained_pid(stdout: str) -> int | None:
     return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _train(target: Path) -> None:
     """The training run: what the main job's driver does before and during its batches
     (session, SQL planning, a streaming query over a Python Data Source with foreachBatch and
@@ -178,8 +170,6 @@ def _train(target: Path) -> None:
         run_training(spark, Path(work))
         spark.stop()
     # The driver JVM is this process's child (spark-submit execs java); it exits after us.
-    import psutil
-
     (jvm,) = [p for p in psutil.Process().children(recursive=True) if "java" in p.name()]
     print(f"jvm-pid {jvm.pid}", flush=True)
 
