@@ -1,28 +1,56 @@
-"""Aggregate JFR execution samples: self time by method and by package prefix, and inclusive
-time for frames matching given substrings. Usage: jfragg.py rec.jfr [substr...]"""
-import collections, json, subprocess, sys
-path = sys.argv[1]
-out = subprocess.run(["jfr", "print", "--json", "--stack-depth", "200", "--events",
-                      "jdk.ExecutionSample", path], capture_output=True, text=True).stdout
-events = json.loads(out)["recording"]["events"]
-selfc = collections.Counter(); pkg = collections.Counter(); incl = collections.Counter()
-threads = collections.Counter()
-for e in events:
-    frames = e["values"]["stackTrace"]["frames"] if e["values"].get("stackTrace") else []
-    threads[(e["values"].get("sampledThread") or {}).get("javaName", "?")[:40]] += 1
-    if not frames:
-        continue
-    names = [f["method"]["type"]["name"] + "." + f["method"]["name"] for f in frames]
-    selfc[names[0]] += 1
-    pkg[".".join(names[0].split(".")[:3])] += 1
-    seen = set()
-    for n in names:
-        short = n
-        if short not in seen:
-            seen.add(short); incl[short] += 1
-n = len(events)
-print("samples", n)
-print("-- threads"); [print(f"{c*100/n:5.1f}% {t}") for t, c in threads.most_common(15)]
-print("-- self by package"); [print(f"{c*100/n:5.1f}% {t}") for t, c in pkg.most_common(20)]
-print("-- self by method"); [print(f"{c*100/n:5.1f}% {t}") for t, c in selfc.most_common(25)]
-print("-- inclusive"); [print(f"{c*100/n:5.1f}% {t}") for t, c in incl.most_common(60)]
+"""Java Flight Recorder execution samples of a JVM, summed (session 25).
+
+Usage: start a recording on the running driver JVM (``jcmd <pid> JFR.start name=s
+filename=rec.jfr settings=profile``, then ``jcmd <pid> JFR.dump name=s filename=rec.jfr``),
+then ``python3 jfragg.py rec.jfr``. Prints the share of samples by thread, by the sampled
+frame's package and method (self), and by every frame on the stack (inclusive).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+
+
+def _frames(event: dict) -> list[str]:
+    trace = event["values"].get("stackTrace") or {}
+    return [f"{f['method']['type']['name']}.{f['method']['name']}"
+            for f in trace.get("frames", [])]
+
+
+def _show(title: str, counts: collections.Counter, total: int, top: int) -> None:
+    print(f"-- {title}")
+    for name, count in counts.most_common(top):
+        print(f"{count * 100 / total:5.1f}% {name}")
+
+
+def main(path: str) -> None:
+    out = subprocess.run(["jfr", "print", "--json", "--stack-depth", "200", "--events",
+                          "jdk.ExecutionSample", path], capture_output=True, text=True,
+                         check=True).stdout
+    events = json.loads(out)["recording"]["events"]
+    threads: collections.Counter = collections.Counter()
+    packages: collections.Counter = collections.Counter()
+    methods: collections.Counter = collections.Counter()
+    inclusive: collections.Counter = collections.Counter()
+    for event in events:
+        thread = (event["values"].get("sampledThread") or {}).get("javaName") or "?"
+        threads[thread[:40]] += 1
+        names = _frames(event)
+        if not names:
+            continue
+        methods[names[0]] += 1
+        packages[".".join(names[0].split(".")[:3])] += 1
+        inclusive.update(set(names))
+    total = max(1, len(events))
+    print("samples", len(events))
+    _show("threads", threads, total, 15)
+    _show("self by package", packages, total, 20)
+    _show("self by method", methods, total, 25)
+    _show("inclusive", inclusive, total, 60)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
