@@ -71,14 +71,13 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
                                       for t in tasks) / len(tasks)) if tasks else 0.0
     # A task's open by whether its worker kept the partition open (else: asks the keeper to
     # close it, then opens RocksDB): what a miss costs.
-    figures["open_ms_by_kept"] = {
-        label: round(1000 * statistics.median(group), 1)
-        for label, group in (
-            ("kept", [t["metrics"]["open_s"] for t in tasks
-                      if t["metrics"].get("restore", {}).get("kept_open")]),
-            ("not kept", [t["metrics"]["open_s"] for t in tasks
-                          if not t["metrics"].get("restore", {}).get("kept_open")]))
-        if group and all("open_s" in t["metrics"] for t in tasks)}
+    opens: dict[str, list[float]] = {"kept": [], "not kept": []}
+    for t in tasks:
+        if "open_s" in t["metrics"]:
+            kept = t["metrics"].get("restore", {}).get("kept_open")
+            opens["kept" if kept else "not kept"].append(t["metrics"]["open_s"])
+    figures["open_ms_by_kept"] = {label: round(1000 * statistics.median(group), 1)
+                                  for label, group in opens.items() if group}
     return figures
 
 

@@ -104,10 +104,11 @@ def settings_for(options: Mapping[str, Any]) -> dict[str, Any] | None:
         client_options["allow_http"] = True
     if client.get("verify") is False:
         client_options["allow_invalid_certificates"] = True
-    attempts = total_attempts(config.get("retries")) - 1  # obstore: one request fewer
-    # than botocore, as since this module was written (max_attempts n: n - 1 retries)
+    # obstore makes one request fewer than botocore, as since this module was written
+    # (max_attempts n: n - 1 retries)
+    retries = max(0, total_attempts(config.get("retries")) - 2)
     out["client_options"] = client_options
-    out["retry_config"] = {"max_retries": max(0, attempts - 1),
+    out["retry_config"] = {"max_retries": retries,
                            "retry_timeout": timedelta(seconds=60)}
     return out
 
