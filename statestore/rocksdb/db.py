@@ -16,6 +16,7 @@ import os
 import re
 import struct
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol, cast
 
@@ -151,6 +152,38 @@ class Space:
         self.last_present = False
 
 
+class Scan:
+    """One iteration over a column family (``items``) that the partition's ``close`` cuts off.
+
+    rocksdict keeps a DB open, its LOCK taken, while any iterator or family object over it
+    lives. A ``range``, ``raw_items`` or ``expire`` generator left suspended at ``close`` would
+    so hold the partition's DB until it is garbage collected, and the next open of the local
+    copy, in this process or another, failed on RocksDB's lock. ``release`` drops the
+    iterator and the family; the next step then raises the partition's "is closed" error.
+    Generators keep only their scan, never a ``Space``, across a ``yield``."""
+
+    __slots__ = ("__weakref__", "_check", "_items", "cf")
+
+    def __init__(self, cf: RawFamily, items: Iterator[tuple[bytes, bytes]],
+                 check: Callable[[], None]) -> None:
+        self.cf: RawFamily | None = cf
+        self._items: Iterator[tuple[bytes, bytes]] | None = items
+        self._check = check
+
+    def __iter__(self) -> Scan:
+        return self
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        items = self._items
+        if items is None:
+            self._check()  # the partition is closed: raises
+            raise StopIteration
+        return next(items)
+
+    def release(self) -> None:
+        self._items = self.cf = None
+
+
 class PartitionDB(StatePartition):
     """The DB, its spaces and the status of one partition. The other parts of
     ``RocksDBStatePartition`` (``writes``, ``expiry``, ``committer``) build on it; ``_flush``
@@ -205,6 +238,8 @@ class PartitionDB(StatePartition):
         self._pending_space: Space | None = None
         self._pending_keys: list[bytes] = []
         self._pending_bytes = 0
+        self._scans: weakref.WeakSet[Scan] = weakref.WeakSet()
+        """The iterations under way (``Scan``), cut off at ``close``."""
 
     @abc.abstractmethod
     def _flush(self) -> None:
@@ -300,6 +335,18 @@ class PartitionDB(StatePartition):
         """A write log for the version being written, in the local copy's directory (logs of
         versions that never commit are removed by ``LocalCopy.remove_stale``)."""
         return ChangelogWriter(os.path.join(copy.dir, f"changelog-{uuid.uuid4().hex}.log"))
+
+    def _scan(self, cf: RawFamily, *, backwards: bool = False,
+              from_key: bytes | None = None) -> Scan:
+        """``cf.items(...)`` as a :class:`Scan` that ``close`` cuts off."""
+        scan = Scan(cf, cf.items(backwards=backwards, from_key=from_key), self._readable)
+        self._scans.add(scan)
+        return scan
+
+    def _release_scans(self) -> None:
+        for scan in list(self._scans):
+            scan.release()
+        self._scans.clear()
 
     def _readable(self) -> None:
         if self._status is Status.CLOSED:

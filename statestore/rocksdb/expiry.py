@@ -10,14 +10,14 @@ value to find its index entry.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import rocksdict
 
 from orderedstream.core.errors import OptionError
 from orderedstream.statestore import ttl as ttl_mod
 from orderedstream.statestore.base import Key
-from orderedstream.statestore.rocksdb.db import TTL_CF, Space, encode_key
+from orderedstream.statestore.rocksdb.db import TTL_CF, RawFamily, Space, encode_key
 from orderedstream.statestore.rocksdb.writes import CHUNK, Writes
 
 
@@ -103,7 +103,10 @@ class Expiry(Writes):
             return
         upper = ttl_mod.index_upper_bound(ttl_mod.now_ms() if now_ms is None else now_ms)
         done = 0
-        for entry, _ in ttl_s.cf.items():
+        # only the scan crosses a yield (``db.Scan``: close cuts it off), no space
+        scan = self._scan(ttl_s.cf)
+        del ttl_s
+        for entry, _ in scan:
             if not self._write_ok:  # resumed after a commit (marked dirty again, logged), or
                 self._writable()  # after prepare_commit or close: refused
             if entry >= upper or (limit is not None and done >= limit):
@@ -111,7 +114,7 @@ class Expiry(Writes):
             expires, space, key = ttl_mod.parse_index_key(entry)
             if self._pending is not None:  # puts made by the caller between two steps
                 self._flush()
-            ttl_s.cf.delete(entry)
+            cast(RawFamily, scan.cf).delete(entry)  # set: the scan is not released
             if self._log is not None:
                 self._log.delete(TTL_CF, entry)
             s = self._space(space) if space in self._cfs else None
@@ -129,4 +132,6 @@ class Expiry(Writes):
             self._deletes += 1
             self._bump(space, -1)
             done += 1
-            yield space, key, s.decode(ttl_mod.unframe(raw)[0])
+            value = s.decode(ttl_mod.unframe(raw)[0])
+            s = None
+            yield space, key, value

@@ -120,17 +120,16 @@ class RocksDBStatePartition(Committer, Expiry):
         hi = None if end is None else encode_key(end)
         decode = s.decode
         self._flush()
+        # only the scan crosses a yield (``Scan``: close cuts it off), not the space
+        scan = self._scan(s.cf, backwards=reverse, from_key=hi if reverse else lo)
+        del s
         if not reverse:
-            for key, raw in s.cf.items(from_key=lo):
-                if self._status is Status.CLOSED:
-                    self._readable()  # resumed after close: the DB may serve another holder
+            for key, raw in scan:
                 if hi is not None and key >= hi:
                     break
                 yield key, decode(_payload(raw))
         else:
-            for key, raw in s.cf.items(backwards=True, from_key=hi):
-                if self._status is Status.CLOSED:
-                    self._readable()
+            for key, raw in scan:
                 if hi is not None and key >= hi:
                     continue
                 if lo is not None and key < lo:
@@ -147,10 +146,9 @@ class RocksDBStatePartition(Committer, Expiry):
         s = self._space(space)
         if s is not None:
             self._flush()
-            for item in s.cf.items():
-                if self._status is Status.CLOSED:
-                    self._readable()
-                yield item
+            scan = self._scan(s.cf)
+            del s
+            yield from scan
 
     def decode(self, space: str, payload: bytes) -> Any:
         """Decode a value payload of ``space`` with that space's codec."""
@@ -180,6 +178,7 @@ class RocksDBStatePartition(Committer, Expiry):
             self._log.discard()
             self._log = None
         self._write_ok = False
+        self._release_scans()  # a suspended scan must not hold the DB (``db.Scan``)
         self._spaces.clear()
         self._cfs.clear()
         self._handles.clear()

@@ -269,3 +269,59 @@ def test_an_expire_resumed_after_prepare_commit_writes_nothing(make_store: Facto
         with other.open(0, version) as part:
             assert other.last_restore is not None and not other.last_restore.reused_local
             assert [k for k, _ in part.range(space="timed")] == keys
+
+
+_PROBE_LOCK = """
+import fcntl, sys
+with open(sys.argv[1], "a") as handle:
+    try:
+        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print("held")
+    else:
+        print("free")
+"""
+
+
+def _lock_state(db_path: str) -> str:
+    """Whether another process could take RocksDB's LOCK of ``db_path`` now."""
+    out = subprocess.run([sys.executable, "-c", _PROBE_LOCK, os.path.join(db_path, "LOCK")],
+                         capture_output=True, text=True, timeout=30, check=True)
+    return out.stdout.strip()
+
+
+def test_a_suspended_iterator_does_not_keep_the_db_open_after_close(
+        make_store: Factory) -> None:
+    """rocksdict keeps a DB open (and its LOCK taken) while any iterator over it lives, so a
+    ``range``/``prefix``/``raw_items``/``expire`` generator left suspended at ``close``
+    would hold the partition's DB until it is garbage collected: the next open of the copy
+    failed on RocksDB's lock. ``close`` cuts such iterators off."""
+    store = make_store(keep_open=0)
+    with store.open(0, EMPTY_VERSION) as part:
+        for i in range(3):
+            part.put(f"k{i}", i)
+            part.put(f"t{i}", i, space="timed", ttl_ms=0, now_ms=0)
+        part.commit(0)
+    part = store.open(0, 0)
+    db_path = part._db_path
+    suspended = [part.range(), part.range(reverse=True), part.prefix("k"), part.raw_items(),
+                 part.range(space="timed")]
+    for gen in suspended:
+        next(gen)
+    assert _lock_state(db_path) == "held"
+    part.close()  # clean: the next open reuses this copy's DB folder
+    assert _lock_state(db_path) == "free"
+    with store.open(0, 0) as again:
+        assert store.last_restore is not None and store.last_restore.reused_local
+        assert again.get("k2") == 2
+    for gen in suspended:
+        with pytest.raises(StateTransactionError, match="is closed"):
+            next(gen)
+    part = store.open(0, 0)
+    db_path = part._db_path
+    expiring = part.expire(now_ms=10)
+    assert next(expiring)[1] == b"t0"
+    part.close()  # written, never committed: the DB is closed, the copy restored next time
+    assert _lock_state(db_path) == "free"
+    with pytest.raises(StateTransactionError, match="is closed"):
+        next(expiring)
