@@ -177,7 +177,7 @@ class Scan:
         items = self._items
         if items is None:
             self._check()  # the partition is closed: raises
-            raise StopIteration
+            raise InvariantError("a state scan was released while its partition is open")
         return next(items)
 
     def release(self) -> None:

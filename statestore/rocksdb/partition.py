@@ -173,12 +173,12 @@ class RocksDBStatePartition(Committer, Expiry):
             return
         kept = self._keepable()
         self._status = Status.CLOSED
+        self._release_scans()  # a suspended scan must not hold the DB (``db.Scan``)
         self._pending = self._pending_space = None  # never committed: dropped like the log
         if self._log is not None:  # writes never committed: their log is worthless
             self._log.discard()
             self._log = None
         self._write_ok = False
-        self._release_scans()  # a suspended scan must not hold the DB (``db.Scan``)
         self._spaces.clear()
         self._cfs.clear()
         self._handles.clear()

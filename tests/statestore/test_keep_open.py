@@ -325,3 +325,18 @@ def test_a_suspended_iterator_does_not_keep_the_db_open_after_close(
     assert _lock_state(db_path) == "free"
     with pytest.raises(StateTransactionError, match="is closed"):
         next(expiring)
+    # Kept open at close (keep_open > 0): the keeper holds the DB, not the suspended scans;
+    # once it closes it, RocksDB's lock is free.
+    keeping = make_store("m1")
+    _commit(keeping, 1, EMPTY_VERSION, "k", "v")
+    part = keeping.open(1, 0)
+    db_path = part._db_path
+    ranged, backwards = part.range(), part.range(reverse=True)
+    next(ranged), next(backwards)
+    part.close()
+    assert _lock_state(db_path) == "held"  # the keeper's
+    keepopen.close_all()
+    assert _lock_state(db_path) == "free"
+    for gen in (ranged, backwards):
+        with pytest.raises(StateTransactionError, match="is closed"):
+            next(gen)
