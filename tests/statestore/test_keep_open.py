@@ -69,6 +69,16 @@ def _other_process(store: RocksDBStateStore, tmp_path: Path, partition: int, ver
     return proc, json.loads(line)
 
 
+def _commit_keys_and_timed(store: RocksDBStateStore, count: int) -> None:
+    """Version 0 of partition 0: keys ``k0``.. and, in space ``timed``, ``t0``.. already
+    expired (``ttl_ms=0`` at time 0), ``count`` of each."""
+    with store.open(0, EMPTY_VERSION) as part:
+        for i in range(count):
+            part.put(f"k{i}", i)
+            part.put(f"t{i}", i, space="timed", ttl_ms=0, now_ms=0)
+        part.commit(0)
+
+
 def _marker(store: RocksDBStateStore, partition: int) -> Path:
     return Path(store.local_copy_dir(partition)) / keepopen.MARKER
 
@@ -217,11 +227,7 @@ def test_an_iterator_resumed_after_close_fails_instead_of_reaching_a_reused_db(
     """A ``range``/``raw_items`` generator left suspended when its partition closed must not
     go on in the DB that close kept open, now another holder's; nor an ``expire``."""
     store = make_store()
-    with store.open(0, EMPTY_VERSION) as part:
-        for i in range(4):
-            part.put(f"k{i}", i)
-            part.put(f"t{i}", i, space="timed", ttl_ms=0, now_ms=0)
-        part.commit(0)
+    _commit_keys_and_timed(store, 4)
     part = store.open(0, 0)
     ranged, raw, backwards = part.range(), part.raw_items(), part.range(reverse=True)
     assert next(ranged) == (b"k0", 0)
@@ -297,11 +303,7 @@ def test_a_suspended_iterator_does_not_keep_the_db_open_after_close(
     would hold the partition's DB until it is garbage collected: the next open of the copy
     failed on RocksDB's lock. ``close`` cuts such iterators off."""
     store = make_store(keep_open=0)
-    with store.open(0, EMPTY_VERSION) as part:
-        for i in range(3):
-            part.put(f"k{i}", i)
-            part.put(f"t{i}", i, space="timed", ttl_ms=0, now_ms=0)
-        part.commit(0)
+    _commit_keys_and_timed(store, 3)
     part = store.open(0, 0)
     db_path = part._db_path
     suspended = [part.range(), part.range(reverse=True), part.prefix("k"), part.raw_items(),
