@@ -43,6 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from benchmarks.cases._user_floor import DictState
 from orderedstream.app.job.generator import GeneratorOptions, _Session
 from orderedstream.app.job.messages import encode
 
@@ -79,30 +80,6 @@ def build_input(records: int, seed: int = 11) -> list[pa.RecordBatch]:
             "offset": pa.array(range(start, start + n), pa.int64()),
             "timestamp": pa.array([now] * n, pa.timestamp("us", tz="UTC"))}))
     return batches
-
-
-class DictState:
-    """``GroupState``'s calls as ``SessionLogic`` makes them, on a plain dict (the floor)."""
-
-    def __init__(self) -> None:
-        self.values: dict[Any, Any] = {}
-        self.key: Any = None
-
-    @property
-    def exists(self) -> bool:
-        return self.key in self.values
-
-    def get(self) -> Any:
-        return self.values[self.key]
-
-    def update(self, value: Any) -> None:
-        self.values[self.key] = value
-
-    def remove(self) -> None:
-        self.values.pop(self.key, None)
-
-    def set_timeout_duration(self, duration: Any) -> None:
-        pass
 
 
 def cpu_us(fn: Callable[[], Any], records: int) -> tuple[float, Any]:

@@ -142,14 +142,17 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
     events = os.environ.get("BENCH_EVENT_LOG")
     event_log = ({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events,
                   "spark.eventLog.compress": "false"} if events else {})
+    # BENCH_JAVA_OPTIONS="...": more options for the main job's driver JVM, e.g. a flight
+    # recording (-XX:StartFlightRecording=filename=x.jfr,settings=profile) to see its CPU's code
+    extra_java = os.environ.get("BENCH_JAVA_OPTIONS", "")
     return spark_session(f"bench-{case}-{engine}", Path(params["work"]) / f"spark-{engine}",
                          shuffle_partitions,
                          kafka_jars=params["kafka_jars"] if spark_side else None,
                          s3a_endpoint=ctx.s3_endpoint if spark_side else None,
                          conf={"spark.sql.session.timeZone": "UTC", **event_log,
                                **(JOB_CONF if main_job else {})},
-                         java_options=(f"{JOB_JAVA_OPTIONS} {jvmarchive.java_options()}"
-                                       if main_job else ""),
+                         java_options=(f"{JOB_JAVA_OPTIONS} {jvmarchive.java_options()} "
+                                       f"{extra_java}".strip() if main_job else ""),
                          environment=JOB_ENVIRONMENT if main_job else None,
                          fork_server=main_job and not spark_side)
 

@@ -9,6 +9,8 @@ PSS is read once every ``pss_every`` samples; RSS and CPU (cheap) at every one.
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ class TreeSampler:
         self.peak_pss_mb = 0.0
         self.peak_parts: dict[str, float] = {}
         """At the peak: MiB of the JVMs and of the Python processes, and how many of each."""
+        self.jvm_threads: dict[tuple[int, int], tuple[str, float]] = {}
+        """Each JVM thread's (name, CPU seconds) last seen, keyed by (JVM pid, thread id)."""
         self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
@@ -44,9 +48,20 @@ class TreeSampler:
             out[kind] = round(out.get(kind, 0.0) + seconds, 1)
         return out
 
+    def jvm_cpu_by_thread(self) -> dict[str, float]:
+        """The JVMs' CPU seconds by kind of thread (a name with its digits dropped: the JIT
+        compiler, GC, Spark's task threads, ...), largest first; under 0.05 s left out."""
+        out: dict[str, float] = {}
+        for name, seconds in self.jvm_threads.values():
+            kind = re.sub(r"[0-9]+", "N", name)
+            out[kind] = out.get(kind, 0.0) + seconds
+        return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1])
+                if v >= 0.05}
+
     def figures(self) -> dict[str, Any]:
         """The figures a case reports: CPU (total and by kind), peak RSS and its parts, PSS."""
         return {"cpu_s": self.cpu_seconds, "cpu_by_kind": self.cpu_by_kind(),
+                "jvm_cpu_by_thread": self.jvm_cpu_by_thread(),
                 "peak_rss_mb": self.peak_mb, "peak_pss_mb": self.peak_pss_mb,
                 "peak_rss_parts": {k: round(v, 1) for k, v in self.peak_parts.items()}}
 
@@ -75,16 +90,37 @@ class TreeSampler:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
             seen[proc.pid] = mine
+            if kind == "jvm":
+                self._sample_threads(proc.pid)
             pss += shared
             if mine > 2**26 and seen.get(parent) == mine:
                 continue  # a child the JVM is spawning shares its memory until exec: count once
             rss += mine
-            self.cpu_kind[(proc.pid, proc.create_time())] = kind
+            key = (proc.pid, proc.create_time())
+            if kind != "python" or key not in self.cpu_kind:  # an exiting process shows no argv
+                self.cpu_kind[key] = kind
             parts[kind] = parts.get(kind, 0.0) + mine / 2**20
             parts[f"{kind} processes"] = parts.get(f"{kind} processes", 0) + 1
         self.peak_pss_mb = max(self.peak_pss_mb, pss / 2**20)
         if rss / 2**20 > self.peak_mb:
             self.peak_mb, self.peak_parts = rss / 2**20, parts
+
+    def _sample_threads(self, pid: int) -> None:
+        """Each thread's name and CPU time, from ``/proc/PID/task/TID/stat`` (utime and stime
+        in clock ticks; the name is the kernel's 15-character copy of the JVM's)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            self.jvm_threads[(pid, int(tid))] = (name, (int(fields[11]) + int(fields[12])) / tick)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -44,6 +44,7 @@ QUIX_EXTRA = ("pyarrow==26.0.1",)  # Quix's Parquet format needs it; same versio
 SNAPSHOT_EVERY = 100
 IDLE_TIMEOUT = "10 minutes"
 OUR_CORES, QUIX_CORES = 2, 1
+OVERHEAD_TARGET_US = 25.0
 COMPARED = ("kind", "site", "date", "session", "seq", "applied_seq", "op", "row", "values",
             "topic", "partition", "offset", "reason")
 
@@ -140,6 +141,23 @@ def _run_quix(ctx: CaseContext, params: dict[str, Any], work: Path) -> dict[str,
     return {**result, "records_per_s": result["records"] / seconds, **tree.figures()}
 
 
+def _user_floor(ctx: CaseContext, params: dict[str, Any], work: Path, per_topic: int
+                ) -> dict[str, Any]:
+    """The user function alone over the same records (``benchmarks.cases._user_floor``, its
+    own process), measured in this run: the floor the pack's overhead is counted above."""
+    spec = {"bootstrap": ctx.bootstrap, "snapshot_every": SNAPSHOT_EVERY,
+            "idle_timeout": IDLE_TIMEOUT,
+            "partitions": [[t, p] for t in params["topics"] for p in range(per_topic)]}
+    (work / "floor.params.json").write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, "-m", "benchmarks.cases._user_floor",
+                           str(work / "floor.params.json")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the user-function floor failed (exit {done.returncode}):\n"
+                           f"{done.stderr[-1500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def _quix_rows(work: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
@@ -177,14 +195,19 @@ def run(ctx: CaseContext) -> list[Result]:
                               "ours_state": ctx.s3_url(prefix, "ours-state")}
     ours = run_engine(__name__, "ours", ctx, params, work, sample_tree=True)
     quix = _run_quix(ctx, params, work)
-    if ours["records"] != records or quix["records"] != records:
-        raise RuntimeError(f"engines read {ours['records']} / {quix['records']} records, "
-                           f"{records} were produced")
+    floor = _user_floor(ctx, params, work, per_topic)
+    if ours["records"] != records or quix["records"] != records or floor["records"] != records:
+        raise RuntimeError(f"engines read {ours['records']} / {quix['records']} records (the "
+                           f"user function alone {floor['records']}), {records} were produced")
+    floor_us = floor["cpu_s"] * 1e6 / records
     output = (DeltaOutput if table_format(params["ours_output"], ctx.storage_options) == "delta"
               else FencedTable)  # the job's output_format (Delta by default)
     ours_rows = output(params["ours_output"], ctx.storage_options).to_arrow().select(
         list(COMPARED)).to_pylist()
     quix_rows = _quix_rows(work)
+    if floor["output_rows"] != len(ours_rows):  # the floor ran other logic or other records
+        raise RuntimeError(f"the user function alone gave {floor['output_rows']} rows, the job "
+                           f"{len(ours_rows)}")
     a, b = _digest(ours_rows), _digest(quix_rows)
     differing = sum(((a - b) + (b - a)).values())
     print(f"[peer] ours {ours['records_per_s']:,.0f} rec/s ({ours['cpu_s']:.1f} CPU-s), quix "
@@ -214,7 +237,22 @@ def run(ctx: CaseContext) -> list[Result]:
         Result("peer", "CPU seconds", "s", ours["cpu_s"], quix["cpu_s"], base,
                "user + system CPU of the whole process tree (ours: driver Python, JVM, Python "
                "workers; Quix: its process)", higher_is_better=False,
-               extra={"ours_by_process": ours["cpu_by_kind"]}),
+               extra={"ours_by_process": ours["cpu_by_kind"],
+                      "ours_jvm_by_thread": ours["jvm_cpu_by_thread"]}),
+        Result("peer", "pack overhead per record", "us",
+               ours["cpu_s"] * 1e6 / records - floor_us, OVERHEAD_TARGET_US,
+               f"issue 16 target ({OVERHEAD_TARGET_US:.0f} us)",
+               "whole run: (CPU seconds of ours' whole tree - CPU seconds of the user function "
+               "alone over the same records) / records. The user function alone: SessionLogic "
+               "per record in offset order, state in a dict, no store or output, measured in "
+               "this run in its own process (benchmarks/cases/_user_floor.py). Includes the "
+               "JVM's and workers' start and every fixed cost of the one batch",
+               higher_is_better=False,
+               extra={"user_function_us": round(floor_us, 2),
+                      "ours_us": round(ours["cpu_s"] * 1e6 / records, 2),
+                      "quix_us": round(quix["cpu_s"] * 1e6 / records, 2),
+                      "quix_overhead_us": round(quix["cpu_s"] * 1e6 / records - floor_us, 2),
+                      "user_function_rows": floor["output_rows"]}),
         Result("peer", "peak RSS", "MiB", ours["peak_rss_mb"], quix["peak_rss_mb"], base,
                "peak summed RSS of the process tree; target <= 1024 MiB",
                higher_is_better=False, extra={"ours_at_peak": ours["peak_rss_parts"]}),

@@ -109,6 +109,7 @@ def run(ctx: CaseContext) -> list[Result]:
            "main job (emit=ranges), state and output on SeaweedFS S3, local[2]")
     detail = {"phases_ms (median, warm)": ours["phases_ms"],
               "cpu_s_by_process (whole run)": ours["cpu_by_kind"],
+              "jvm_cpu_s_by_thread (whole run)": ours["jvm_cpu_by_thread"],
               "task_ms (median per task, warm)": {k: round(v, 1)
                                                   for k, v in ours["task_ms"].items()},
               "tasks reusing a partition kept open (warm)": round(ours["kept_open_share"], 2),

@@ -53,9 +53,32 @@ def test_the_home_mirrors_pyspark_without_its_zip() -> None:
     assert home is not None and home.parent == sparkhome.cache_root()
     assert (real / sparkhome.ZIP).is_file() and not (home / sparkhome.ZIP).exists()
     assert (home / "bin" / "spark-submit").resolve() == (real / "bin" / "spark-submit").resolve()
-    assert sorted(os.listdir(home / "jars")) == sorted(os.listdir(real / "jars"))
+    kept = sorted(n for n in os.listdir(real / "jars") if not n.startswith(sparkhome.LEFT_OUT))
+    assert sorted(os.listdir(home / "jars")) == kept
+    assert any(n.startswith("spark-sql_") for n in kept)
+    assert any(n.startswith("spark-mllib_") for n in os.listdir(real / "jars"))
+    assert not any(n.startswith(("spark-mllib_", "spark-hive_")) for n in kept)
+    assert all((home / "jars" / n).resolve() == (real / "jars" / n).resolve() for n in kept)
     assert sparkhome.for_session("local") == home  # created once
     assert sparkhome.for_session("spark://127.0.0.1:7077") is None  # executors elsewhere
+
+
+def test_a_stale_home_without_its_jars_is_rebuilt(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORDEREDSTREAM_CACHE", str(tmp_path))  # not the home other runs use
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    home = sparkhome.for_session("local[2]")
+    assert home is not None and home.parent == tmp_path / "spark-home"
+    victim = next(home.glob("jars/spark-core_*.jar"))
+    victim.unlink()  # an interrupted or older layout: incomplete, so built again
+    assert sparkhome.for_session("local[2]") == home
+    assert victim.is_symlink() and victim.resolve().is_file()
+
+
+def test_the_local_sessions_class_path_leaves_the_unused_modules_out(spark: Any) -> None:
+    path = spark.sparkContext._jvm.java.lang.System.getProperty("java.class.path")
+    assert "spark-sql_" in path and "spark-streaming_" in path, path[:300]
+    assert "spark-mllib" not in path and "spark-hive_" not in path, path[:300]
 
 
 def test_a_users_own_spark_home_is_left_alone(tmp_path: Path,

@@ -67,6 +67,8 @@ JOB_CONF = {
     "spark.ui.retainedDeadExecutors": "10",
     "spark.sql.streaming.ui.retainedQueries": "20",
     "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     UNIX_SOCKETS: "true",
 }
 """Spark settings of the main job's local session: how much finished work the driver's status
@@ -81,6 +83,14 @@ re-optimizes and submits the rest as a second job: two jobs and their planning p
 instead of one. Off, in turns with on (``benchmarks/results/20261126-s15/aqe-ab``): the
 12 x 100-record batch's p50 604 -> 519 ms (medians of 4 runs each), the one-batch peer run
 -0.19 s, 0.4 CPU-s less, peak RSS 10-25 MiB lower.
+
+Code generation off (whole-stage codegen and expression codegen: Spark's interpreted
+operators and projections). The rows that cross the JVM in a batch of the main job are its
+range rows and the tasks' commit messages, a few dozen, so generated code never pays back its
+Janino compile: 40% of the driver's CPU for the batch's ``collect`` in a flight recording of
+the one-batch peer run. Off, in turns with on (``benchmarks/results/20261128-s27``): the JVM
+3.8 / 3.8 CPU-s against 4.1 / 4.3, the run 0.4 s shorter, the 12 x 100 batch's p50 unchanged.
+A job whose records cross the JVM (``emit=records``) should not run with these two settings.
 
 The JVM talks to its Python processes over Unix domain sockets, not TCP on localhost: the
 second task of every batch's stage waited 35-45 ms for its first input rows (its worker's

@@ -11,6 +11,12 @@ without ``python/lib/pyspark.zip``: the same files run, compiled. Measured on th
 small-batch case (4 runs, no JVM archive): start to the first committed batch 8.4-9.2 s ->
 6.6-7.3 s, peak RSS -100 MiB.
 
+Its ``jars/`` leaves out the jars of Spark modules a local session of the pack never runs
+(:data:`LEFT_OUT`: MLlib, GraphX, Hive, Spark Connect, the YARN and Kubernetes schedulers, and
+the libraries only they use). MLlib's jar registers a session extension that builds its SQL
+functions with Scala reflection at every session start, and every service lookup scans each jar
+on the class path.
+
 Only for local masters: every process then runs on this machine. Kept under
 ``~/.cache/orderedstream/spark-home/`` (``$ORDEREDSTREAM_CACHE``), one per pyspark
 install, created atomically; :func:`for_session` gives ``None`` (use the install as it is)
@@ -28,6 +34,15 @@ from pathlib import Path
 from orderedstream.dev.services.cache import cache_root as pack_cache
 
 ZIP = os.path.join("python", "lib", "pyspark.zip")
+
+LEFT_OUT = ("spark-mllib_", "spark-mllib-local_", "breeze_", "breeze-macros_", "spark-graphx_",
+            "spark-hive_", "spark-hive-thriftserver_", "hive-beeline-", "hive-cli-",
+            "hive-common-", "hive-exec-", "hive-jdbc-", "hive-metastore-", "hive-serde-",
+            "hive-service-rpc-", "hive-shims-", "datanucleus-", "derby-", "derbyshared-",
+            "derbytools-", "spark-connect_", "spark-yarn_", "spark-kubernetes_", "kubernetes-",
+            "volcano-")
+"""Name prefixes of the jars the home's ``jars/`` leaves out. Kept: all of Spark core, SQL,
+streaming and their file formats (``hive-storage-api`` is ORC's)."""
 
 
 def cache_root() -> Path:
@@ -63,7 +78,7 @@ def ensure(real: Path) -> Path:
     """The home mirroring ``real`` without its pyspark.zip (created on first use)."""
     import pyspark
 
-    digest = hashlib.sha256(str(real).encode()).hexdigest()[:12]
+    digest = hashlib.sha256("\n".join([str(real), *LEFT_OUT]).encode()).hexdigest()[:12]
     home = cache_root() / f"pyspark-{pyspark.__version__}-{digest}"
     if _complete(home, real):
         return home
@@ -71,8 +86,11 @@ def ensure(real: Path) -> Path:
     draft = Path(tempfile.mkdtemp(prefix=f".{home.name}.", dir=home.parent))
     try:
         for entry in real.iterdir():
-            if entry.name != "python":
+            if entry.name not in ("python", "jars"):
                 (draft / entry.name).symlink_to(entry)
+        (draft / "jars").mkdir()
+        for entry in _kept_jars(real):
+            (draft / "jars" / entry.name).symlink_to(entry)
         for entry in (real / "python").iterdir():
             if entry.name != "lib":
                 (draft / "python").mkdir(exist_ok=True)
@@ -96,12 +114,21 @@ def ensure(real: Path) -> Path:
         shutil.rmtree(draft, ignore_errors=True)
 
 
+def _kept_jars(real: Path) -> list[Path]:
+    """The entries of the install's ``jars/`` the home links (all but :data:`LEFT_OUT`)."""
+    return [e for e in (real / "jars").iterdir() if not e.name.startswith(LEFT_OUT)]
+
+
 def _complete(home: Path, real: Path) -> bool:
-    """Every entry of ``real`` (but the zip) is in ``home`` and resolves to it."""
+    """Every entry of ``real`` (but the zip) is in ``home`` and resolves to it, and its
+    ``jars/`` holds every kept jar."""
     try:
         names = {e.name for e in real.iterdir()}
         mirrored = {e.name for e in home.iterdir()}
+        jars = {e.name for e in (home / "jars").iterdir()}
         return (names <= mirrored and (home / "bin" / "spark-submit").is_file()
-                and (home / "jars").is_dir() and not (home / ZIP).exists())
+                and not (home / "jars").is_symlink()
+                and jars == {e.name for e in _kept_jars(real)}
+                and not (home / ZIP).exists())
     except OSError:
         return False
