@@ -50,7 +50,9 @@ class TreeSampler:
 
     def jvm_cpu_by_thread(self) -> dict[str, float]:
         """The JVMs' CPU seconds by kind of thread (a name with its digits dropped: the JIT
-        compiler, GC, Spark's task threads, ...), largest first; under 0.05 s left out."""
+        compiler, GC, Spark's task threads, ...), largest first; under 0.05 s left out. Each
+        thread's CPU as last sampled: a thread's last interval, and threads that lived less
+        than one interval, are missing, so the sum is a little under the JVMs' process CPU."""
         out: dict[str, float] = {}
         for name, seconds in self.jvm_threads.values():
             kind = re.sub(r"[0-9]+", "N", name)

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 SLICE = 10_000
+READ_TIMEOUT_S = 300.0
 
 
 class DictState:
@@ -61,14 +62,20 @@ def _slices(bootstrap: str, topic: str, partition: int) -> list[pa.RecordBatch]:
         rows: dict[str, list[Any]] = {name: [] for name in COLUMNS}
         slices: list[pa.RecordBatch] = []
         position = low
+        deadline = time.monotonic() + READ_TIMEOUT_S
         while position < high:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}/{partition}: read up to offset {position} of "
+                                   f"{high} in {READ_TIMEOUT_S:.0f} s")
             for msg in consumer.consume(5000, timeout=5):
                 error = msg.error()
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
+                    if error.code() == KafkaError._PARTITION_EOF:  # the end (a marker at high-1)
                         position = high
                         continue
-                    raise RuntimeError(f"{topic}/{partition}: {error}")
+                    if error.fatal() or not error.retriable():
+                        raise RuntimeError(f"{topic}/{partition}: {error}")
+                    continue  # librdkafka retries a broker it lost
                 offset = msg.offset()
                 if offset is None:
                     raise RuntimeError(f"{topic}/{partition}: a record without an offset")

@@ -149,9 +149,13 @@ def _user_floor(ctx: CaseContext, params: dict[str, Any], work: Path, per_topic:
             "idle_timeout": IDLE_TIMEOUT,
             "partitions": [[t, p] for t in params["topics"] for p in range(per_topic)]}
     (work / "floor.params.json").write_text(json.dumps(spec))
-    done = subprocess.run([sys.executable, "-m", "benchmarks.cases._user_floor",
-                           str(work / "floor.params.json")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900, check=False)
+    try:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.cases._user_floor",
+                               str(work / "floor.params.json")], cwd=ROOT, capture_output=True,
+                              text=True, timeout=900, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"the user-function floor did not end in 900 s:\n"
+                           f"{(exc.stderr or b'')[-1500:]!r}") from exc
     if done.returncode != 0:
         raise RuntimeError(f"the user-function floor failed (exit {done.returncode}):\n"
                            f"{done.stderr[-1500:]}")

@@ -1,8 +1,9 @@
 """The main job's session settings reach the processes they are for: ``JOB_ENVIRONMENT`` the
 driver JVM and the Python workers it starts (not the driver's own environment, and not over
-a value the user set), ``JOB_CONF`` the session, its Unix sockets in a folder whose paths fit
-(the session below runs from pytest's deep temporary folder). Each case runs in its own
-interpreter: the tests' shared session has its JVM already."""
+a value the user set), ``JOB_CONF`` the session (its plans without generated code), its Unix
+sockets in a folder whose paths fit (the session below runs from pytest's deep temporary
+folder). Each case runs in its own interpreter: the tests' shared session has its JVM
+already."""
 
 from __future__ import annotations
 
@@ -36,8 +37,12 @@ def probe(batches):
                                           "pool": [pa.default_memory_pool().backend_name]
                                           * batch.num_rows})
 
-rows = spark.range(2).repartition(2).mapInArrow(probe, "env string, pool string").collect()
+frame = spark.range(2).repartition(2).mapInArrow(probe, "env string, pool string")
+rows = frame.collect()
+sqlconf = spark._jvm.org.apache.spark.sql.internal.SQLConf
 print("RESULT " + json.dumps({
+    "plan": frame._jdf.queryExecution().executedPlan().toString(),
+    "factory_mode_key": sqlconf.CODEGEN_FACTORY_MODE().key(),
     "workers": sorted({r.env for r in rows}), "pools": sorted({r.pool for r in rows}),
     "driver": {k: os.environ.get(k) for k in names},
     "conf": {k: spark.conf.get(k) for k in JOB_CONF}}))
@@ -63,6 +68,12 @@ def test_job_environment_reaches_the_workers_not_the_driver_and_job_conf_the_ses
     assert result["pools"] == ["system"]  # Arrow's pool in the workers
     assert result["driver"] == {k: None for k in sorted(JOB_ENVIRONMENT)}  # restored
     assert result["conf"] == JOB_CONF
+    # No generated code (JOB_CONF's docstring): the internal factoryMode setting still exists in
+    # this Spark, and the plan has no whole-stage codegen (its operators print as "*(1) ...").
+    assert result["factory_mode_key"] == "spark.sql.codegen.factoryMode"
+    assert JOB_CONF["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
+    plan = str(result["plan"])
+    assert "MapInArrow" in plan and "*(" not in plan and "WholeStageCodegen" not in plan, plan
 
 
 def test_a_users_own_setting_wins(tmp_path: Path) -> None:

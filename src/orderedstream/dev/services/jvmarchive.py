@@ -28,7 +28,7 @@ import psutil
 
 from orderedstream.dev.services import sparkhome
 from orderedstream.dev.services.cache import cache_root
-from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS
+from orderedstream.dev.services.spark import JOB_CONF, JOB_JAVA_OPTIONS
 
 log = logging.getLogger(__name__)
 MODULE = "orderedstream.dev.services.jvmarchive"
@@ -59,7 +59,7 @@ def archive_path() -> Path:
 
     home = sparkhome.for_session("local") or sparkhome.installed_home()  # the JVM's classpath
     key = "\n".join([pyspark.__version__, str(sparkhome.installed_home()), str(home),
-                     _java_home(), JOB_JAVA_OPTIONS])
+                     _java_home(), JOB_JAVA_OPTIONS, json.dumps(JOB_CONF, sort_keys=True)])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / f"spark-{pyspark.__version__}-{digest}.jsa"
 
@@ -161,8 +161,11 @@ def _train(target: Path) -> None:
     from orderedstream.dev.services.spark import local_spark_session
 
     with tempfile.TemporaryDirectory(prefix="orderedstream-cds-") as work:
+        # The job's settings (JOB_CONF: no code generation, no AQE, Unix sockets): the classes
+        # the job's JVM loads are the ones it runs with.
         spark = local_spark_session(
             "orderedstream-jvm-archive", master="local[2]", tmp_dir=Path(work) / "spark",
+            conf=JOB_CONF,
             java_options=f"{JOB_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={target} {QUIET}")
         spark.sparkContext.setLogLevel("ERROR")
         from orderedstream.dev.services._cds_training import run_training

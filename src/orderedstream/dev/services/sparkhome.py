@@ -13,9 +13,11 @@ small-batch case (4 runs, no JVM archive): start to the first committed batch 8.
 
 Its ``jars/`` leaves out the jars of Spark modules a local session of the pack never runs
 (:data:`LEFT_OUT`: MLlib, GraphX, Hive, Spark Connect, the YARN and Kubernetes schedulers, and
-the libraries only they use). MLlib's jar registers a session extension that builds its SQL
-functions with Scala reflection at every session start, and every service lookup scans each jar
-on the class path.
+the largest libraries only they use: Hive's, Derby, DataNucleus, breeze, the Kubernetes
+client). MLlib's jar registers a session extension that builds its SQL functions with Scala
+reflection at every session start, and every service lookup scans each jar on the class path.
+The home's name digests the install's path and the jars it links, so a published home never
+changes: another pyspark or another set of jars gets a home of its own.
 
 Only for local masters: every process then runs on this machine. Kept under
 ``~/.cache/orderedstream/spark-home/`` (``$ORDEREDSTREAM_CACHE``), one per pyspark
@@ -78,7 +80,8 @@ def ensure(real: Path) -> Path:
     """The home mirroring ``real`` without its pyspark.zip (created on first use)."""
     import pyspark
 
-    digest = hashlib.sha256("\n".join([str(real), *LEFT_OUT]).encode()).hexdigest()[:12]
+    kept = sorted(e.name for e in _kept_jars(real))
+    digest = hashlib.sha256("\n".join([str(real), *kept]).encode()).hexdigest()[:12]
     home = cache_root() / f"pyspark-{pyspark.__version__}-{digest}"
     if _complete(home, real):
         return home
