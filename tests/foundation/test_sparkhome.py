@@ -70,7 +70,7 @@ def test_a_stale_home_without_its_jars_is_rebuilt(tmp_path: Path,
     home = sparkhome.for_session("local[2]")
     assert home is not None and home.parent == tmp_path / "spark-home"
     victim = next(home.glob("jars/spark-core_*.jar"))
-    victim.unlink()  # an interrupted or older layout: incomplete, so built again
+    victim.unlink()  # an interrupted build or a removed link: incomplete, so built again
     assert sparkhome.for_session("local[2]") == home
     assert victim.is_symlink() and victim.resolve().is_file()
 

@@ -80,10 +80,11 @@ def ensure(real: Path) -> Path:
     """The home mirroring ``real`` without its pyspark.zip (created on first use)."""
     import pyspark
 
-    kept = sorted(e.name for e in _kept_jars(real))
-    digest = hashlib.sha256("\n".join([str(real), *kept]).encode()).hexdigest()[:12]
+    kept = _kept_jars(real)
+    names = sorted(e.name for e in kept)
+    digest = hashlib.sha256("\n".join([str(real), *names]).encode()).hexdigest()[:12]
     home = cache_root() / f"pyspark-{pyspark.__version__}-{digest}"
-    if _complete(home, real):
+    if _complete(home, real, names):
         return home
     home.parent.mkdir(parents=True, exist_ok=True)
     draft = Path(tempfile.mkdtemp(prefix=f".{home.name}.", dir=home.parent))
@@ -92,7 +93,7 @@ def ensure(real: Path) -> Path:
             if entry.name not in ("python", "jars"):
                 (draft / entry.name).symlink_to(entry)
         (draft / "jars").mkdir()
-        for entry in _kept_jars(real):
+        for entry in kept:
             (draft / "jars" / entry.name).symlink_to(entry)
         for entry in (real / "python").iterdir():
             if entry.name != "lib":
@@ -103,14 +104,14 @@ def ensure(real: Path) -> Path:
         for entry in (real / "python" / "lib").iterdir():
             if entry.name != "pyspark.zip":
                 (lib / entry.name).symlink_to(entry)
-        if _complete(home, real):  # another process finished first
+        if _complete(home, real, names):  # another process finished first
             return home
         if home.exists() or home.is_symlink():
             shutil.rmtree(home, ignore_errors=True)  # a stale one (its links are broken)
         try:
             os.rename(draft, home)
         except OSError:
-            if not _complete(home, real):
+            if not _complete(home, real, names):
                 raise
         return home
     finally:
@@ -122,16 +123,16 @@ def _kept_jars(real: Path) -> list[Path]:
     return [e for e in (real / "jars").iterdir() if not e.name.startswith(LEFT_OUT)]
 
 
-def _complete(home: Path, real: Path) -> bool:
+def _complete(home: Path, real: Path, jar_names: list[str]) -> bool:
     """Every entry of ``real`` (but the zip) is in ``home`` and resolves to it, and its
-    ``jars/`` holds every kept jar."""
+    ``jars/`` holds exactly the kept jars ``jar_names``."""
     try:
         names = {e.name for e in real.iterdir()}
         mirrored = {e.name for e in home.iterdir()}
         jars = {e.name for e in (home / "jars").iterdir()}
         return (names <= mirrored and (home / "bin" / "spark-submit").is_file()
                 and not (home / "jars").is_symlink()
-                and jars == {e.name for e in _kept_jars(real)}
+                and jars == set(jar_names)
                 and not (home / ZIP).exists())
     except OSError:
         return False
