@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,32 @@ def test_a_stale_home_without_its_jars_is_rebuilt(tmp_path: Path,
     victim.unlink()  # an interrupted build or a removed link: incomplete, so built again
     assert sparkhome.for_session("local[2]") == home
     assert victim.is_symlink() and victim.resolve().is_file()
+
+
+def test_making_a_home_removes_those_of_deleted_installs(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORDEREDSTREAM_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    root = tmp_path / "spark-home"
+    gone_install, other_install = tmp_path / "deleted-venv-pyspark", tmp_path / "other-pyspark"
+    (other_install / "bin").mkdir(parents=True)
+    gone = root / "pyspark-4.0.0-aaaaaaaaaaaa"  # its install's folder was deleted with a clone
+    other = root / "pyspark-4.0.0-bbbbbbbbbbbb"  # another install that still exists: kept
+    for home, install in ((gone, gone_install), (other, other_install)):
+        home.mkdir(parents=True)
+        (home / "bin").symlink_to(install / "bin")
+    old_draft, new_draft = root / ".pyspark-4.0.0-cccc.x1", root / ".pyspark-4.0.0-dddd.x2"
+    old_draft.mkdir()
+    new_draft.mkdir()  # maybe another process building a home right now: kept
+    hour_ago = time.time() - sparkhome.DRAFT_AGE_S - 60
+    os.utime(old_draft, (hour_ago, hour_ago))
+    home = sparkhome.for_session("local[2]")
+    assert home is not None and home.is_dir()
+    assert not gone.exists() and not old_draft.exists()
+    assert other.is_dir() and new_draft.is_dir()
+    assert sorted(p.name for p in root.iterdir()) == sorted([home.name, other.name,
+                                                             new_draft.name])
+    assert sparkhome.prune(keep=home) == []  # nothing more to remove
 
 
 def test_the_local_sessions_class_path_leaves_the_unused_modules_out(spark: Any) -> None:

@@ -21,8 +21,9 @@ changes: another pyspark or another set of jars gets a home of its own.
 
 Only for local masters: every process then runs on this machine. Kept under
 ``~/.cache/orderedstream/spark-home/`` (``$ORDEREDSTREAM_CACHE``), one per pyspark
-install, created atomically; :func:`for_session` gives ``None`` (use the install as it is)
-when ``SPARK_HOME`` names another Spark or the install has no ``pyspark.zip``.
+install, created atomically; making one removes the homes of deleted installs (:func:`prune`).
+:func:`for_session` gives ``None`` (use the install as it is) when ``SPARK_HOME`` names
+another Spark or the install has no ``pyspark.zip``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from orderedstream.dev.services.cache import cache_root as pack_cache
@@ -113,9 +115,42 @@ def ensure(real: Path) -> Path:
         except OSError:
             if not _complete(home, real, names):
                 raise
+        prune(keep=home)
         return home
     finally:
         shutil.rmtree(draft, ignore_errors=True)
+
+
+DRAFT_AGE_S = 3600.0
+"""A draft folder (``.pyspark-...``) older than this belongs to a process that died building it."""
+
+
+def prune(*, keep: Path) -> list[Path]:
+    """Remove the homes no JVM can run any more, beside a newly published ``keep``: those whose
+    pyspark install is gone (its links broken: a deleted clone's virtual environment), and
+    drafts older than :data:`DRAFT_AGE_S`. A home of an install that still exists stays, even
+    if superseded: a running job of an earlier version of the pack may still use it. Returns
+    what was removed."""
+    removed = []
+    now = time.time()
+    try:
+        entries = list(keep.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry == keep or entry.is_symlink() or not entry.is_dir():
+            continue
+        try:
+            if entry.name.startswith("."):
+                stale = now - entry.stat().st_mtime > DRAFT_AGE_S
+            else:
+                stale = (entry / "bin").is_symlink() and not (entry / "bin").exists()
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 def _kept_jars(real: Path) -> list[Path]:
