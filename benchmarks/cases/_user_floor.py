@@ -4,11 +4,11 @@ above (issue 16: "pack overhead <= 25 us per record above the user's function").
 Run in its own process (``python -m benchmarks.cases._user_floor PARAMS_JSON``) after the
 engines, on the same machine in the same hour, so the overhead subtracts what the user's
 ``SessionLogic`` costs now, not a figure taken on another day. Each Kafka partition is read
-(confluent-kafka, from its first offset to its end), turned into the record dicts the ordered
-stage hands the function (``RecordDecoder``, 10,000-row Arrow slices) and kept in memory, one
-partition at a time (about 25,000 records). Then only the function is timed (process CPU):
-``SessionLogic`` called per record in offset order, its rows drained, state in a dict (no
-store, no output file). Prints one JSON line: records, output rows, CPU seconds.
+by the pack's range reader from its first offset to its end, turned into the record dicts the
+ordered stage hands the function (``RecordDecoder``, 10,000-row Arrow slices) and kept in
+memory, one partition at a time (about 25,000 records). Then only the function is timed
+(process CPU): ``SessionLogic`` called per record in offset order, its rows drained, state in
+a dict (no store, no output file). Prints one JSON line: records, output rows, CPU seconds.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import pyarrow as pa
 
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 SLICE = 10_000
-READ_TIMEOUT_S = 300.0
 
 
 class DictState:
@@ -50,59 +49,22 @@ class DictState:
 
 
 def _slices(bootstrap: str, topic: str, partition: int) -> list[pa.RecordBatch]:
-    """Every record of one partition as the stage's Arrow slices (offset order)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    """Every record of one partition as the stage's Arrow slices (offset order), read by the
+    pack's own range reader (``read_range``: the records and columns a task of the job gets)."""
+    from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-user-floor",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "isolation.level": "read_committed"})
+    from orderedstream.python_datasource.options import parse_options
+    from orderedstream.python_datasource.planning import OffsetRange
+    from orderedstream.python_datasource.reader import read_range
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-user-floor"})
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-        consumer.assign([TopicPartition(topic, partition, low)])
-        rows: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-        slices: list[pa.RecordBatch] = []
-        position = low
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while position < high:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{topic}/{partition}: read up to offset {position} of "
-                                   f"{high} in {READ_TIMEOUT_S:.0f} s")
-            for msg in consumer.consume(5000, timeout=5):
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:  # the end (a marker at high-1)
-                        position = high
-                        continue
-                    if error.fatal() or not error.retriable():
-                        raise RuntimeError(f"{topic}/{partition}: {error}")
-                    continue  # librdkafka retries a broker it lost
-                offset = msg.offset()
-                if offset is None:
-                    raise RuntimeError(f"{topic}/{partition}: a record without an offset")
-                rows["key"].append(msg.key())
-                rows["value"].append(msg.value())
-                rows["topic"].append(topic)
-                rows["partition"].append(partition)
-                rows["offset"].append(offset)
-                rows["timestamp"].append(msg.timestamp()[1] * 1000)
-                position = offset + 1
-                if len(rows["key"]) == SLICE:
-                    slices.append(_batch(rows))
-                    rows = {name: [] for name in COLUMNS}
-        if rows["key"]:
-            slices.append(_batch(rows))
-        return slices
     finally:
         consumer.close()
-
-
-def _batch(rows: dict[str, list[Any]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({
-        "key": pa.array(rows["key"], pa.binary()), "value": pa.array(rows["value"], pa.binary()),
-        "topic": pa.array(rows["topic"], pa.string()),
-        "partition": pa.array(rows["partition"], pa.int32()),
-        "offset": pa.array(rows["offset"], pa.int64()),
-        "timestamp": pa.array(rows["timestamp"], pa.timestamp("us", tz="UTC"))})
+    options = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                             "arrowBatchMaxRecords": str(SLICE)}, streaming=False)
+    return list(read_range(OffsetRange(topic, partition, low, high), options))
 
 
 def measure(bootstrap: str, partitions: list[tuple[str, int]], snapshot_every: int,
