@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from orderedstream.core.errors import DataLossError, KafkaUnavailableError
+from orderedstream.core.workerheap import RELEASE_AFTER_RECORDS, release_freed_memory
 from orderedstream.python_datasource.client_config import (
     ClientErrors,
     Settings,
@@ -170,6 +171,8 @@ class RangeReader:
                 POOL.release(self._key, consumer, self._delivered)
             else:
                 POOL.discard(consumer)
+            if self.records >= RELEASE_AFTER_RECORDS:  # else a worker holds what it freed
+                release_freed_memory()
         if self.next_offset < rng.end:
             raise DataLossError(f"reading {rng.describe()}: stopped at offset "
                                 f"{self.next_offset} before the planned end")
