@@ -7,14 +7,13 @@ Index and filters are partitioned, so even huge SSTs cache in small blocks.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
-import sys
 from typing import Any
 
 import rocksdict
 
+from orderedstream.core.workerheap import glibc_function
 from orderedstream.statestore.options import StateStoreOptions
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameters (malloc.h)
@@ -30,11 +29,10 @@ def _tune_glibc_malloc() -> None:
     once a freed memtable arena block raises glibc's dynamic mmap threshold, later 2-8 MiB
     memtable blocks come from the heap and stay resident after the memtable is freed.
     Must run before RocksDB starts its threads; explicit MALLOC_* / GLIBC_TUNABLES win."""
-    if not sys.platform.startswith("linux") or os.environ.get("GLIBC_TUNABLES"):
+    if os.environ.get("GLIBC_TUNABLES"):
         return
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
+    mallopt = glibc_function("mallopt")
+    if mallopt is None:  # not Linux, or not glibc
         return
     if "MALLOC_ARENA_MAX" not in os.environ:
         mallopt(_M_ARENA_MAX, 1)
