@@ -32,8 +32,10 @@ def run_engine(module: str, engine: str, ctx: CaseContext, params: dict[str, Any
 
     The child's output goes to ``<workdir>/<engine>.log``; a failure raises with the log's tail.
     ``sample_tree``: add the child's process tree's CPU and memory (``TreeSampler.figures``),
-    sampled from this process so that the sampling is not the engine's own work.
+    sampled from this process so that the sampling is not the engine's own work; where a
+    cgroup can be made, ``cpu_s`` is the kernel's exact total (``benchmarks.cases._cgroup``).
     """
+    from benchmarks.cases._cgroup import engine_cgroup, with_exact_cpu
     from benchmarks.cases._tree import TreeSampler
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -46,9 +48,11 @@ def run_engine(module: str, engine: str, ctx: CaseContext, params: dict[str, Any
     payload = json.dumps({"engine": engine, "ctx": json.loads(ctx.to_json()),
                           "params": params, "result": str(result)})
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True,
-                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    argv = [sys.executable, "-c", code]
+    with open(log, "w") as out, engine_cgroup(sample_tree) as group:
+        proc = subprocess.Popen(group.wrap(argv) if group else argv, stdin=subprocess.PIPE,
+                                text=True, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                cwd=ROOT)
         sampler = TreeSampler(proc.pid) if sample_tree else contextlib.nullcontext(None)
         with sampler as tree:
             try:
@@ -57,11 +61,12 @@ def run_engine(module: str, engine: str, ctx: CaseContext, params: dict[str, Any
                 proc.kill()
                 proc.wait()
                 raise
+        figures = with_exact_cpu(tree.figures(), group) if tree is not None else {}
     if proc.returncode != 0 or not result.exists():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"{module} engine {engine!r} failed (exit {proc.returncode}); "
                            f"log {log}:\n{tail}")
-    return {**json.loads(result.read_text()), **(tree.figures() if tree is not None else {})}
+    return {**json.loads(result.read_text()), **figures}
 
 
 def kafka_connector_jars() -> list[str]:

@@ -19,6 +19,7 @@ the two outputs compared row by row on every compared column (must be equal).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cases._cgroup import engine_cgroup, with_exact_cpu
 from benchmarks.cases._streaming import (
     ROOT,
     create_topic,
@@ -41,6 +43,9 @@ from benchmarks.common import CaseContext, Result
 QUIX_VERSION = "3.28.1"
 QUIX_VENV = Path.home() / ".cache" / "orderedstream" / "quix-venv"
 QUIX_EXTRA = ("pyarrow==26.0.1",)  # Quix's Parquet format needs it; same version as ours
+QUIX_CONSTRAINTS = ROOT / "benchmarks" / "quix-constraints.txt"
+"""Every package of Quix's venv pinned (its dependencies are not, by quixstreams): the peer is
+the same Quix on every machine and day."""
 SNAPSHOT_EVERY = 100
 IDLE_TIMEOUT = "10 minutes"
 OUR_CORES, QUIX_CORES = 2, 1
@@ -50,13 +55,16 @@ COMPARED = ("kind", "site", "date", "session", "seq", "applied_seq", "op", "row"
 
 
 def quix_python() -> Path:
-    """Quix Streams' own virtualenv (created once; the marker names the pinned version)."""
-    marker = QUIX_VENV / f".quixstreams-{QUIX_VERSION}"
+    """Quix Streams' own virtualenv, every package pinned by ``QUIX_CONSTRAINTS`` (created
+    once; the marker names the version and the constraints' digest, so a change of either
+    installs again)."""
+    digest = hashlib.sha256(QUIX_CONSTRAINTS.read_bytes()).hexdigest()[:12]
+    marker = QUIX_VENV / f".quixstreams-{QUIX_VERSION}-{digest}"
     python = QUIX_VENV / "bin" / "python"
     if not marker.exists():
         print(f"[peer] installing quixstreams=={QUIX_VERSION} into {QUIX_VENV}", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(QUIX_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q",
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(QUIX_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(QUIX_CONSTRAINTS),
                         f"quixstreams=={QUIX_VERSION}", *QUIX_EXTRA], check=True)
         marker.write_text(QUIX_VERSION)
     return python
@@ -127,18 +135,19 @@ def _run_quix(ctx: CaseContext, params: dict[str, Any], work: Path) -> dict[str,
             "snapshot_every": SNAPSHOT_EVERY, "idle_timeout": IDLE_TIMEOUT, "idle_s": 5.0,
             "result": str(work / "quix.result.json")}
     (work / "quix.params.json").write_text(json.dumps(spec))
-    with open(work / "quix.log", "w") as log:
-        proc = subprocess.Popen([str(python), str(ROOT / "benchmarks" / "quix_app.py"),
-                                 str(work / "quix.params.json")], stdout=log,
+    argv = [str(python), str(ROOT / "benchmarks" / "quix_app.py"), str(work / "quix.params.json")]
+    with open(work / "quix.log", "w") as log, engine_cgroup() as group:
+        proc = subprocess.Popen(group.wrap(argv) if group else argv, stdout=log,
                                 stderr=subprocess.STDOUT, cwd=work)
         with TreeSampler(proc.pid) as tree:
             code = proc.wait(timeout=1800)
+        figures = with_exact_cpu(tree.figures(), group)
     if code != 0 or not Path(spec["result"]).exists():
         tail = "\n".join((work / "quix.log").read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"the Quix Streams app failed (exit {code}):\n{tail}")
     result = json.loads(Path(spec["result"]).read_text())
     seconds = result["seconds"]
-    return {**result, "records_per_s": result["records"] / seconds, **tree.figures()}
+    return {**result, "records_per_s": result["records"] / seconds, **figures}
 
 
 def _user_floor(ctx: CaseContext, params: dict[str, Any], work: Path, per_topic: int
@@ -223,8 +232,8 @@ def run(ctx: CaseContext) -> list[Result]:
            f"{per_topic} partitions, same SessionLogic. Ours: orderedstream main job "
            "(start_job, emit=ranges, one AvailableNow batch, local[2], state and output on "
            "SeaweedFS S3); Quix: one process, exactly-once, RocksDB state + changelog topics, "
-           "Parquet on local disk. CPU and RSS: each engine's whole process tree, psutil every "
-           "0.25 s")
+           "Parquet on local disk. CPU: each engine's whole process tree, from its own cgroup "
+           "where the machine allows one, else psutil every 0.25 s; RSS: psutil every 0.25 s")
     extra = {"ours_s": round(ours["seconds"], 2), "quix_s": round(quix["seconds"], 2),
              "ours_cpu_s": round(ours["cpu_s"], 1), "quix_cpu_s": round(quix["cpu_s"], 1),
              "rows_ours": len(ours_rows), "rows_quix": len(quix_rows),
@@ -241,8 +250,13 @@ def run(ctx: CaseContext) -> list[Result]:
                "records / (user + system CPU seconds of the engine's whole process tree)"),
         Result("peer", "CPU seconds", "s", ours["cpu_s"], quix["cpu_s"], base,
                "user + system CPU of the whole process tree (ours: driver Python, JVM, Python "
-               "workers; Quix: its process)", higher_is_better=False,
-               extra={"ours_by_process": ours["cpu_by_kind"],
+               "workers; Quix: its process), from the engine's own cgroup where the machine "
+               "allows one (every process counted, however short-lived), else from the samples",
+               higher_is_better=False,
+               extra={"source": ours["cpu_source"],
+                      "ours_sampled_s": round(ours["cpu_s_sampled"], 2),
+                      "quix_sampled_s": round(quix["cpu_s_sampled"], 2),
+                      "ours_by_process": ours["cpu_by_kind"],
                       "ours_jvm_by_thread": ours["jvm_cpu_by_thread"]}),
         Result("peer", "pack overhead per record", "us",
                ours_us - floor_us, OVERHEAD_TARGET_US,

@@ -10,6 +10,7 @@ the job's settings (session 27). Usage (under the benchmark lock), one mode per 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -24,6 +25,9 @@ from orderedstream.dev.services.spark import (
     JOB_JAVA_OPTIONS,
     local_spark_session,
 )
+
+EXTRA = os.environ.get("START_COSTS_JAVA_OPTIONS", "")
+"""More driver JVM options (session 30: a JDK 25 AOT cache, ``-XX:AOTCache=FILE``)."""
 
 NAMES = ("records", "output_rows", "output_files", "state_keys", "state_bytes", "restores",
          "bytes_downloaded", "timeouts")
@@ -65,7 +69,8 @@ def stage(spark: Any, mode: str) -> Any:
 
 def main(mode: str) -> None:
     spark = local_spark_session("start-costs", master="local[2]", conf=JOB_CONF,
-                                java_options=f"{JOB_JAVA_OPTIONS} {jvmarchive.java_options()}",
+                                java_options=(f"{JOB_JAVA_OPTIONS} {jvmarchive.java_options()} "
+                                              f"{EXTRA}"),
                                 environment=JOB_ENVIRONMENT)
     jvm = next(p for p in psutil.Process().children(recursive=True) if "java" in p.name())
 
