@@ -194,27 +194,70 @@ def run_query(query: Any, expected_records: int | None = None, poll: float = 0.2
         finished = last is not None and int(last["batchId"]) >= result.batch_id
         return int(processor.records_total) if finished else 0
 
-    started = time.perf_counter()
+    started, started_wall = time.perf_counter(), time.time()
     seconds: float | None = None
+    ended_wall: float | None = None
     if expected_records is None:
         query.awaitTermination()
     else:
         while query.isActive:
             if done() >= expected_records:
                 seconds = time.perf_counter() - started
+                ended_wall = time.time()
                 query.stop()
                 break
             time.sleep(poll)
-    if seconds is None:
+    if seconds is None:  # the query ended on its own (Trigger.AvailableNow: no more data)
         seconds = time.perf_counter() - started
+        ended_wall = time.time()
     if query.exception() is not None:
         raise RuntimeError(f"query failed: {query.exception()}")
     progress = query.recentProgress
     durations = batch_durations_ms(progress)
     records = done()
-    return {"records": records, "seconds": seconds,
+    polled = seconds
+    end: float | None = None
+    if expected_records is not None and ended_wall is not None:
+        # The poll sees the last batch (or the query's own end) up to ``poll`` seconds after
+        # it ended: the time is taken at that batch's end as Spark's progress gives it (its
+        # trigger's start + triggerExecution), which the poll's own moment bounds.
+        last = _last_needed_batch(progress, expected_records, processor)
+        end = None if last is None else progress_end(last)
+        if end is not None and started_wall < end <= ended_wall:
+            seconds = end - started_wall
+    return {"records": records, "seconds": seconds, "seconds_polled": polled,
+            "wall": {"started": started_wall, "polled_end": ended_wall, "batch_end": end},
             "records_per_s": records / seconds if seconds else 0.0,
             "batches": len(durations), "batch_ms": durations}
+
+
+def progress_end(progress: dict[str, Any]) -> float | None:
+    """Wall-clock end of the batch of one ``StreamingQueryProgress`` (as a dict): its trigger's
+    ``timestamp`` plus ``durationMs.triggerExecution``; None when either is missing."""
+    from datetime import datetime
+
+    stamp = progress.get("timestamp")
+    took = (progress.get("durationMs") or {}).get("triggerExecution")
+    if not stamp or took is None:
+        return None
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() + took / 1000
+
+
+def _last_needed_batch(progress: list[dict[str, Any]], expected: int, processor: Any,
+                       ) -> dict[str, Any] | None:
+    """The progress of the batch that brought the query to ``expected`` records: with an
+    ``OrderedStateful`` the batch of its last result, else the first whose running sum of
+    ``numInputRows`` reaches ``expected``."""
+    if processor is not None:
+        result = processor.last_result
+        wanted = None if result is None else int(result.batch_id)
+        return next((p for p in progress if int(p["batchId"]) == wanted), None)
+    total = 0
+    for p in progress:
+        total += int(p.get("numInputRows", 0))
+        if total >= expected:
+            return p
+    return None
 
 
 def summarize_batches(durations: list[float]) -> dict[str, float]:

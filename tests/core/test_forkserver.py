@@ -117,6 +117,33 @@ def test_commands_that_are_not_routed_run_the_interpreter(
     assert "forked" not in log
 
 
+def test_the_launcher_answers_sparks_version_check_itself(
+        server: forkserver.ForkServer, tmp_path: Path) -> None:
+    """Spark runs ``python -c VERSION_CHECK`` before each planner step: the launcher prints
+    what the interpreter would, without starting one."""
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    check = [server.launcher, "-c", forkserver.VERSION_CHECK]
+    answered = subprocess.run(check, capture_output=True, text=True, timeout=60, check=True)
+    plain = subprocess.run([sys.executable, "-c", forkserver.VERSION_CHECK],
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert answered.stdout == plain.stdout == f"{version}\n"
+    # not started: a launcher of an interpreter that does not exist answers the same
+    missing = tmp_path / "no-such-python"
+    launcher = tmp_path / "python"
+    launcher.write_text(forkserver.launcher_script(str(missing), str(tmp_path / "fork.sock"),
+                                                   version="3.11"))
+    launcher.chmod(0o700)
+    alone = subprocess.run([str(launcher), "-c", forkserver.VERSION_CHECK],
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert alone.stdout == "3.11\n"
+    # any other command (one more argument, another script) goes to the interpreter
+    other = subprocess.run([str(launcher), "-c", forkserver.VERSION_CHECK, "x"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert other.returncode != 0 and "no-such-python" in other.stderr
+    assert forkserver.python_version(sys.executable) == version
+    assert forkserver.python_version(str(missing)) is None
+
+
 def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(forkserver.DISABLE_ENV, "0")
     assert forkserver.start(sys.executable) is None
