@@ -196,7 +196,7 @@ def run_query(query: Any, expected_records: int | None = None, poll: float = 0.2
 
     started, started_wall = time.perf_counter(), time.time()
     seconds: float | None = None
-    ended_wall: float | None = None
+    ended_wall = 0.0  # when the poll saw the batch done, or the query ended
     if expected_records is None:
         query.awaitTermination()
     else:
@@ -217,7 +217,7 @@ def run_query(query: Any, expected_records: int | None = None, poll: float = 0.2
     records = done()
     polled = seconds
     end: float | None = None
-    if expected_records is not None and ended_wall is not None:
+    if expected_records is not None:
         # The poll sees the last batch (or the query's own end) up to ``poll`` seconds after
         # it ended: the time is taken at that batch's end as Spark's progress gives it (its
         # trigger's start + triggerExecution), which the poll's own moment bounds.

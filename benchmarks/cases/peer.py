@@ -33,6 +33,7 @@ from benchmarks.cases._cgroup import engine_cgroup, with_exact_cpu
 from benchmarks.cases._streaming import (
     ROOT,
     create_topic,
+    progress_end,
     run_engine,
     run_query,
     two_engine_session,
@@ -94,12 +95,9 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
         spark.stop()
     figures["timeline"] = batch_timeline(processor, first, started)
     # The first batch's trigger started at its "timestamp" and took triggerExecution ms.
-    if first:
-        from datetime import datetime
-
-        begun = datetime.fromisoformat(first["timestamp"].replace("Z", "+00:00")).timestamp()
-        figures["first_commit_s"] = (begun + first["durationMs"]["triggerExecution"] / 1000
-                                     - born)
+    end = progress_end(first) if first else None
+    if end is not None:
+        figures["first_commit_s"] = end - born
     return figures
 
 

@@ -21,7 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cases._streaming import create_topic, run_engine, run_query, two_engine_session
+from benchmarks.cases._streaming import (
+    create_topic,
+    progress_end,
+    run_engine,
+    run_query,
+    two_engine_session,
+)
 from benchmarks.common import CaseContext, Result, percentile
 
 PER_BATCH = 1_200
@@ -31,8 +37,6 @@ PHASES = ("latestOffset", "queryPlanning", "getBatch", "walCommit", "addBatch", 
 
 
 def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[str, Any]:
-    from datetime import datetime
-
     from orderedstream.app.job.pipeline import JobOptions, start_job
     from orderedstream.statestore.ordered.plan import EXTRA_KEY
 
@@ -55,10 +59,10 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
         record = processor.log.get(batch)
         if record is not None:
             tasks.extend(record.extra[EXTRA_KEY]["tasks"].values())
-    first = progress[0]
-    begun = datetime.fromisoformat(first["timestamp"].replace("Z", "+00:00")).timestamp()
-    figures["first_commit_s"] = (begun + first["durationMs"]["triggerExecution"] / 1000
-                                 - params["process_started"])
+    end = progress_end(progress[0])
+    if end is None:
+        raise RuntimeError(f"batch 0's progress has no timestamp or duration: {progress[0]}")
+    figures["first_commit_s"] = end - params["process_started"]
     figures["phases_ms"] = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress[1:])
                             for k in PHASES} if len(progress) > 1 else {}
     figures["task_ms"] = {k: 1000 * statistics.median(t["metrics"][k] for t in tasks)
