@@ -231,16 +231,21 @@ def run_query(query: Any, expected_records: int | None = None, poll: float = 0.2
             "batches": len(durations), "batch_ms": durations}
 
 
-def progress_end(progress: dict[str, Any]) -> float | None:
-    """Wall-clock end of the batch of one ``StreamingQueryProgress`` (as a dict): its trigger's
-    ``timestamp`` plus ``durationMs.triggerExecution``; None when either is missing."""
+def progress_start(progress: dict[str, Any]) -> float | None:
+    """Wall-clock start (epoch seconds) of the trigger of one ``StreamingQueryProgress`` (as a
+    dict): its ``timestamp``; None when missing."""
     from datetime import datetime
 
     stamp = progress.get("timestamp")
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+
+
+def progress_end(progress: dict[str, Any]) -> float | None:
+    """Wall-clock end of the batch of one ``StreamingQueryProgress`` (as a dict): its trigger's
+    ``timestamp`` plus ``durationMs.triggerExecution``; None when either is missing."""
+    begun = progress_start(progress)
     took = (progress.get("durationMs") or {}).get("triggerExecution")
-    if not stamp or took is None:
-        return None
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() + took / 1000
+    return None if begun is None or took is None else begun + took / 1000
 
 
 def _last_needed_batch(progress: list[dict[str, Any]], expected: int, processor: Any,

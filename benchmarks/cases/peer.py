@@ -34,6 +34,7 @@ from benchmarks.cases._streaming import (
     ROOT,
     create_topic,
     progress_end,
+    progress_start,
     run_engine,
     run_query,
     two_engine_session,
@@ -94,7 +95,6 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
     finally:
         spark.stop()
     figures["timeline"] = batch_timeline(processor, first, started)
-    # The first batch's trigger started at its "timestamp" and took triggerExecution ms.
     end = progress_end(first) if first else None
     if end is not None:
         figures["first_commit_s"] = end - born
@@ -106,14 +106,12 @@ def batch_timeline(processor: Any, progress: dict[str, Any], started: float
     """Where the one batch's time went, in seconds from ``start_job``: Spark's phases of the
     trigger, and each Kafka partition's task (worker pid, start, open / records / state
     commit), read back from the batch's commit record after the run."""
-    from datetime import datetime
-
     from orderedstream.statestore.ordered.plan import EXTRA_KEY
 
     out: dict[str, Any] = {"phases_ms": dict(progress.get("durationMs") or {})}
-    if progress.get("timestamp"):
-        begun = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00"))
-        out["trigger_start_s"] = round(begun.timestamp() - started, 3)
+    begun = progress_start(progress)
+    if begun is not None:
+        out["trigger_start_s"] = round(begun - started, 3)
     record = processor.log.get(0) if processor is not None else None
     tasks = (record.extra or {}).get(EXTRA_KEY, {}).get("tasks", {}) if record else {}
     out["partitions"] = {
