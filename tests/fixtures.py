@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from orderedstream.core.shutdown import stop_session
 from orderedstream.dev.services.kafka import KafkaBroker
 from orderedstream.dev.services.s3 import S3Server
 from orderedstream.dev.services.spark import SparkStandaloneCluster, local_spark_session
@@ -137,7 +138,7 @@ class SparkSessions:
         if self.session is not None:
             for query in self.session.streams.active:
                 query.stop()
-            self.session.stop()
+            stop_session(self.session)  # the accumulator server's shutdown: in the background
             from pyspark import SparkContext
 
             SparkContext._gateway = None  # a fresh JVM for the next mode

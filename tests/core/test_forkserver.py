@@ -213,3 +213,22 @@ def test_a_killed_driver_takes_the_server_and_its_folder_with_it(retired: bool) 
     while folder.exists() or _alive(pid):
         assert time.monotonic() < deadline, f"{folder} or server {pid} left behind"
         time.sleep(0.1)
+
+
+def test_a_driver_that_exits_ends_its_retired_server_and_removes_its_folder() -> None:
+    # A retired server stays until its driver ends (forkclient.reap); the driver's exit
+    # handler (forkserver.close) ends it and removes the folder with the launcher.
+    script = ("import sys, time\nfrom orderedstream.core import forkserver\n"
+              "server = forkserver.start(sys.executable)\n"
+              "while not (server.folder / 'fork.sock').exists(): time.sleep(0.05)\n"
+              "server.stop()\n"
+              "while '--reap' not in open(f'/proc/{server.process.pid}/cmdline').read():\n"
+              "    time.sleep(0.05)\n"
+              "print(server.folder, server.process.pid, flush=True)\n")
+    env = {k: v for k, v in os.environ.items() if k != forkserver.DISABLE_ENV}
+    driver = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=ROOT, env=env, timeout=120, check=False)
+    assert driver.returncode == 0, driver.stderr[-2000:]
+    folder_text, pid_text = driver.stdout.split()
+    assert not Path(folder_text).exists()
+    assert not _alive(int(pid_text))  # ended and reaped by the driver before it exited

@@ -18,6 +18,7 @@ from typing import Any
 
 from orderedstream.app.console import setup_console
 from orderedstream.app.demo_workdir import prepare
+from orderedstream.core.shutdown import stop_session
 
 
 def register(sub: Any) -> None:
@@ -121,7 +122,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
                                   max_offsets_per_trigger=args.max_offsets_per_trigger,
                                   output=str(work.output), view=view, tracker=FigureTracker())
             finally:
-                spark.stop()
+                stop_session(spark)
     return _summary(args, work, result, endpoints.storage_options, state_url, began)
 
 

@@ -69,14 +69,15 @@ class ForkServer:
         self.process.poll()  # reaps it once it has ended
 
     def close(self) -> None:
-        """Stop, end the retired server, remove the folder with the launcher (at exit: the
-        processes it still waits for end with Spark's JVM, which ends with this process)."""
-        self.stop()
-        try:
-            self.process.wait(0.5)
-        except subprocess.TimeoutExpired:
+        """End the server, retired or not, and remove the folder with the launcher (at exit:
+        the processes it forked end with Spark's JVM, which ends with this process; their
+        launchers then learn of it themselves). Killed without a wait: a retired server
+        ends only when this process does (``forkclient.reap``), so waiting for it only
+        delayed every exit by its full timeout (0.5 s)."""
+        self._stopped = True
+        if self.process.poll() is None:
             self.process.kill()
-            self.process.wait()
+        self.process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
