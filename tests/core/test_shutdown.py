@@ -1,8 +1,9 @@
-"""``stop_session`` (``orderedstream.core.shutdown``) against a real local Spark session: the
+"""``orderedstream.core.shutdown``. ``stop_session`` against a real local Spark session: the
 JVM's context is stopped when it returns, pyspark's accumulator server (which the JVM has
 connected to, an accumulator having been updated) is shut down by the returned thread, and
-the process can start a second session whose accumulators work. In its own interpreter: the
-tests' shared session has its JVM already."""
+the process can start a second session whose accumulators work. ``freeze_heap_at_exit``: at
+exit, garbage in a reference cycle is still finalized, then the heap is frozen. Each in its
+own interpreter: the tests' shared session has its JVM already."""
 
 from __future__ import annotations
 
@@ -53,3 +54,33 @@ def test_stop_session_stops_spark_and_shuts_the_accumulator_server_in_the_backgr
     assert result["finished"] is True and result["socket_closed"] is True
     assert result["unix_socket_left"] is False  # the job's sessions use a Unix socket
     assert result["new_server"] is True
+
+
+FREEZE_SCRIPT = r"""
+import atexit, gc, sys
+from orderedstream.core.shutdown import freeze_heap_at_exit
+
+atexit.register(lambda: print("FROZEN", gc.get_freeze_count(), flush=True))  # runs after it
+freeze_heap_at_exit()
+gc.disable()  # only the exit handler's collection may find the cycle below
+
+class Node:
+    def __init__(self, path):
+        self.path, self.me = path, self
+    def __del__(self):
+        with open(self.path, "w") as handle:
+            handle.write("finalized")
+
+Node(sys.argv[1])  # garbage at once: a cycle with a finalizer
+"""
+
+
+def test_freeze_heap_at_exit_finalizes_cyclic_garbage_then_freezes_the_heap(
+        tmp_path: Path) -> None:
+    marker = tmp_path / "finalized.txt"
+    proc = subprocess.run([sys.executable, "-c", FREEZE_SCRIPT, str(marker)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert marker.read_text() == "finalized"
+    frozen = [line for line in proc.stdout.splitlines() if line.startswith("FROZEN ")]
+    assert frozen and int(frozen[0].split()[1]) > 1000, proc.stdout

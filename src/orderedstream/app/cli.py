@@ -27,6 +27,7 @@ from orderedstream.app.run_cli import run_job
 from orderedstream.app.table_cli import register as register_table_commands
 from orderedstream.core.errors import OrderedStreamError, error_summary
 from orderedstream.core.jvm import bundled_jar
+from orderedstream.core.shutdown import freeze_heap_at_exit
 from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.sinks.cli import register as register_sink_commands
 
@@ -64,6 +65,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the program itself (not a caller's own process): a quick exit
+        freeze_heap_at_exit()
     parser = _Parser(prog="orderedstream", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -1,4 +1,4 @@
-"""A Spark session's stop without pyspark's idle wait (driver side).
+"""The driver's end without idle waits: a Spark session's stop, and the interpreter's exit.
 
 ``SparkSession.stop()`` stops the JVM's context (about 50 ms here), then shuts pyspark's
 accumulator server down and waits for it. That server answers in a thread whose request
@@ -8,10 +8,19 @@ nothing (0.57 and 0.92 s measured at the end of ``orderedstream run --available-
 ``stop_session`` makes the same stop and leaves that shutdown to a daemon thread: a process
 that ends next does not wait for it, and one that goes on (a new session, a test) sees it
 finish in the background, as pyspark's own stop would have finished it.
+
+``freeze_heap_at_exit`` is for a program's entry point: the interpreter's exit runs several
+full garbage collections over the whole heap (pyspark, pyarrow, the pack: about 127,000
+objects in ``orderedstream run``'s driver), 0.27 s of its last 0.33 s measured here. One
+collection, then ``gc.freeze()``, as the last exit handler: garbage with finalizers is still
+finalized (files flushed), and the exit's collections skip what is left, which the process's
+end frees anyway.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import threading
 from typing import Any
 
@@ -36,4 +45,15 @@ def stop_session(spark: Any) -> threading.Thread | None:
     return finishing
 
 
-__all__ = ["stop_session"]
+def freeze_heap_at_exit() -> None:
+    """Register the collect-then-freeze exit handler. Call it first thing in a program's
+    entry point: exit handlers run last-registered first, so it runs after the others."""
+    atexit.register(_collect_then_freeze)
+
+
+def _collect_then_freeze() -> None:
+    gc.collect()
+    gc.freeze()
+
+
+__all__ = ["freeze_heap_at_exit", "stop_session"]
