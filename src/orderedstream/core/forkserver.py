@@ -74,7 +74,6 @@ class ForkServer:
         launchers then learn of it themselves). Killed without a wait: a retired server
         ends only when this process does (``forkclient.reap``), so waiting for it only
         delayed every exit by its full timeout (0.5 s)."""
-        self._stopped = True
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
