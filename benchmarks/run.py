@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     results: list[dict] = []
     failures: dict[str, str] = {}
+    figures: dict[str, int] = {}  # per case module, in the report's meta
     with embedded_services(workdir=out / "services") as endpoints:
         for name in names:
             print(f"[bench] {name} ...", flush=True)
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             case_results, error = run_case_in_process(name, ctx, out)
             results += case_results
+            figures[name] = len(case_results)
             if error:
                 failures[name] = error
             print(f"[bench] {name}: {len(case_results)} figures in "
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     meta = {"started": stamp, "size": args.size, "seconds": time.monotonic() - began,
             "cpus": os.cpu_count(), "memory_gib": psutil.virtual_memory().total / 2**30,
-            "cases": names, "failures": failures}
+            "cases": names, "figures": figures, "failures": failures}
     md = write_report(out, results, meta)
     print(f"[bench] report: {md}")
     return 1 if failures else 0

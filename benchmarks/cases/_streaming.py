@@ -300,3 +300,16 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def job_output_rows(url: str, storage_options: dict[str, Any],
+                    columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The main job's committed output rows at ``url`` (``columns`` only), whichever table
+    format the job wrote (``JobOptions.output_format``: a Delta table by default, else fenced
+    Parquet): each read the way its readers read it, committed files only."""
+    from orderedstream.sinks.deltalog import DeltaOutput, table_format
+    from orderedstream.sinks.table import FencedTable
+
+    table = (DeltaOutput(url, storage_options) if table_format(url, storage_options) == "delta"
+             else FencedTable(url, storage_options))
+    return table.to_arrow().select(list(columns)).to_pylist()

@@ -31,6 +31,7 @@ from typing import Any
 from benchmarks.cases._streaming import (
     create_topic,
     engine_comparison,
+    job_output_rows,
     kafka_connector_jars,
     run_engine,
     run_query,
@@ -210,8 +211,6 @@ def run(ctx: CaseContext) -> list[Result]:
     """benchmarks.run case: generate sessions once, run both engines, verify, compare."""
     from orderedstream.app.job.generator import GeneratorOptions, generate
     from orderedstream.app.job.verify import expected_from_topics, read_topics
-    from orderedstream.sinks.table import FencedTable
-
     records_wanted = ctx.scale.get("e2e_records", 200_000)
     topics, per_topic = 4, 2
     per_session = 52  # snapshot + 50 changes + end
@@ -237,8 +236,7 @@ def run(ctx: CaseContext) -> list[Result]:
     spark = run_engine(__name__, "spark", ctx, params, work)
 
     reference = expected_from_topics(read_topics(ctx.bootstrap, params["pattern"]))
-    ours_rows = FencedTable(params["ours_output"], ctx.storage_options).to_arrow().select(
-        list(COMPARED)).to_pylist()
+    ours_rows = job_output_rows(params["ours_output"], ctx.storage_options, COMPARED)
     spark_rows = _spark_rows(work)
     ours_check, spark_check = _verify(ours_rows, reference), _verify(spark_rows, reference)
     a, b = _digest(ours_rows), _digest(spark_rows)

@@ -301,7 +301,8 @@ def run(ctx: Any) -> list[Any]:
         res["ordered"]["records_per_s"], res["ordered_records"]["records_per_s"],
         "OrderedStateful fed Kafka rows through the JVM (emit=records)",
         how.split(", orderedkafka")[0] + "; both ours, same run, same warm-up",
-        extra={e: {k: res[e][k] for k in ("seconds", "peak_rss_mb")} for e in OURS})]
+        extra={e: {k: res[e][k] for k in ("seconds", "peak_rss_mb")}
+               for e in ("ordered", "ordered_records")})]
     for engine in baselines:
         name = BASELINE_NAMES[engine]
         figures = {e: {k: res[e][k] for k in ("seconds", "peak_rss_mb", "batches")}

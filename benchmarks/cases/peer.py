@@ -33,6 +33,7 @@ from benchmarks.cases._cgroup import engine_cgroup, with_exact_cpu
 from benchmarks.cases._streaming import (
     ROOT,
     create_topic,
+    job_output_rows,
     progress_end,
     progress_start,
     run_engine,
@@ -184,9 +185,6 @@ def _digest(rows: list[dict[str, Any]]) -> Counter:
 def run(ctx: CaseContext) -> list[Result]:
     """benchmarks.run case: generate sessions once, run both engines, compare outputs."""
     from orderedstream.app.job.generator import GeneratorOptions, generate
-    from orderedstream.sinks.deltalog import DeltaOutput, table_format
-    from orderedstream.sinks.table import FencedTable
-
     wanted = ctx.scale.get("peer_records") or 2 * ctx.scale.get("e2e_records", 100_000)
     topics, per_topic, per_session = 4, 2, 52
     prefix = f"bench-peer-{time.strftime('%H%M%S')}"
@@ -210,10 +208,7 @@ def run(ctx: CaseContext) -> list[Result]:
                            f"user function alone {floor['records']}), {records} were produced")
     floor_us = floor["cpu_s"] * 1e6 / records
     ours_us, quix_us = ours["cpu_s"] * 1e6 / records, quix["cpu_s"] * 1e6 / records
-    output = (DeltaOutput if table_format(params["ours_output"], ctx.storage_options) == "delta"
-              else FencedTable)  # the job's output_format (Delta by default)
-    ours_rows = output(params["ours_output"], ctx.storage_options).to_arrow().select(
-        list(COMPARED)).to_pylist()
+    ours_rows = job_output_rows(params["ours_output"], ctx.storage_options, COMPARED)
     quix_rows = _quix_rows(work)
     if floor["output_rows"] != len(ours_rows):  # the floor ran other logic or other records
         raise RuntimeError(f"the user function alone gave {floor['output_rows']} rows, the job "
