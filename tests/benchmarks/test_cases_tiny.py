@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the whole suite, not pytest-timeout's 600 s for one test
 def test_every_case_gives_figures(tmp_path: Path) -> None:
     from benchmarks.run import available_cases
 
