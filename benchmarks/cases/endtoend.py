@@ -211,6 +211,7 @@ def run(ctx: CaseContext) -> list[Result]:
     """benchmarks.run case: generate sessions once, run both engines, verify, compare."""
     from orderedstream.app.job.generator import GeneratorOptions, generate
     from orderedstream.app.job.verify import expected_from_topics, read_topics
+
     records_wanted = ctx.scale.get("e2e_records", 200_000)
     topics, per_topic = 4, 2
     per_session = 52  # snapshot + 50 changes + end

@@ -185,6 +185,7 @@ def _digest(rows: list[dict[str, Any]]) -> Counter:
 def run(ctx: CaseContext) -> list[Result]:
     """benchmarks.run case: generate sessions once, run both engines, compare outputs."""
     from orderedstream.app.job.generator import GeneratorOptions, generate
+
     wanted = ctx.scale.get("peer_records") or 2 * ctx.scale.get("e2e_records", 100_000)
     topics, per_topic, per_session = 4, 2, 52
     prefix = f"bench-peer-{time.strftime('%H%M%S')}"

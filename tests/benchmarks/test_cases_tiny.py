@@ -29,6 +29,7 @@ def test_every_case_gives_figures(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks.run", "--size", "tiny",
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
                           timeout=3600, check=False)
+    assert (out / "report.json").exists(), done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     failures = report["meta"]["failures"]
     assert not failures, "cases failed:\n" + "\n".join(f"{k}: {v}" for k, v in failures.items())
