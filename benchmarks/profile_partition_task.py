@@ -20,6 +20,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import shutil
 import statistics
 import tempfile
 import threading
@@ -128,6 +129,7 @@ def main() -> None:
                                                                                "30")))
     finally:
         s3.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import shutil
 import statistics
 import tempfile
 import time
@@ -113,7 +114,8 @@ def main() -> None:
 
     from orderedstream.dev.services.kafka import KafkaBroker
 
-    broker = KafkaBroker(Path(tempfile.mkdtemp()) / "kafka").start()
+    work = Path(tempfile.mkdtemp(prefix="profile-source-"))
+    broker = KafkaBroker(work / "kafka").start()
     try:
         broker.create_topic("profile", 1)
         producer = broker.producer(linger_ms=50, batch_num_messages=10000)
@@ -133,6 +135,7 @@ def main() -> None:
                            min(args.batches, args.records // args.batch_records))
     finally:
         broker.kill()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

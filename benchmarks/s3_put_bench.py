@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -61,6 +62,7 @@ def main() -> None:
               lambda i: objectstore.put(fs, f"{bucket}/d/{i}", str(local)), args.puts)
     finally:
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

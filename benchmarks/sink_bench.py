@@ -15,6 +15,7 @@ Expected output (one line per figure; ratio = ours / Spark's, > 1 means faster):
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -41,6 +42,7 @@ def main() -> int:
             print(f"{r.metric:<40} {r.ours:>12,.1f} {r.unit}{base}  {r.extra or ''}")
     finally:
         s3.kill()
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

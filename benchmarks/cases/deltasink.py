@@ -34,7 +34,7 @@ def _run(spark: Any, ctx: CaseContext, source: Path, kind: str) -> tuple[float, 
     from orderedstream.sinks.deltaforeach import DeltaBatchWriter
 
     url = ctx.s3_url(f"bench-dsink-{kind}-{time.time_ns()}")
-    checkpoint = tempfile.mkdtemp(prefix=f"bench-{kind}-")
+    checkpoint = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir=ctx.workdir)
     df = (spark.readStream.schema("id long, k int, payload string")
           .option("maxFilesPerTrigger", 1).parquet(str(source)))
     writer = df.writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
@@ -102,7 +102,7 @@ def run(ctx: CaseContext) -> list[Result]:
     from orderedstream.sinks.datasource import FencedParquetDataSource
     from orderedstream.sinks.deltasource import FencedDeltaDataSource
 
-    source = Path(tempfile.mkdtemp(prefix="bench-dsink-in-"))
+    source = Path(tempfile.mkdtemp(prefix="bench-dsink-in-", dir=ctx.workdir))
     rows = _make_input(source, ctx.scale["rows"])
     creds = ctx.storage_options
     spark = local_spark_session("bench-deltasink", conf={

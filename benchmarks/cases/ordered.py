@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -370,6 +371,7 @@ def profile_executor(records: int, keys: int, all_columns: bool, top: int = 15) 
         list(task(iter(batches)))
         profiler.disable()
         cpu = time.process_time() - cpu
+        shutil.rmtree(work, ignore_errors=True)
         label = "under cProfile" if profiled else "plain"
         decoded = "all columns" if all_columns else f"columns={COLUMNS}"
         print(f"{label}: {records:,} records in {cpu:.2f} CPU s = {records / cpu:,.0f} "
@@ -416,6 +418,7 @@ def main() -> None:
                           args.spill_threshold)
     finally:
         broker.kill()
+        shutil.rmtree(work, ignore_errors=True)
     for name, r in results.items():
         print(f"{name:8s} {r['rows']} records in {r['seconds']:6.1f} s = "
               f"{r['records_per_s']:8,.0f} records/s, order violations {r['violations']}, "

@@ -21,6 +21,7 @@ session first runs one unreported round (JVM warm-up, Python workers started) be
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 import time
@@ -46,13 +47,17 @@ def fill_partition(partition: int, keys: int, url: str, storage_options: dict[st
 
     started = time.perf_counter()
     local = tempfile.mkdtemp(prefix=f"scale-store-{partition}-")
-    store = RocksDBStateStore(StateLocation(url, storage_options=storage_options),
-                              StateStoreOptions(local_dir=local, codec=BytesCodec()))
-    value = b"v" * 100
-    with store.open(partition, EMPTY_VERSION) as part:
-        part.put_many((b"key-%03d-%010d" % (partition, i), value) for i in range(keys))
-        part.commit(0)
-    return time.perf_counter() - started
+    try:  # closed, not kept open in the worker: its local copy is removed after the task
+        store = RocksDBStateStore(StateLocation(url, storage_options=storage_options),
+                                  StateStoreOptions(local_dir=local, codec=BytesCodec(),
+                                                    keep_open=0))
+        value = b"v" * 100
+        with store.open(partition, EMPTY_VERSION) as part:
+            part.put_many((b"key-%03d-%010d" % (partition, i), value) for i in range(keys))
+            part.commit(0)
+        return time.perf_counter() - started
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
 
 
 def _source(spark: Any, ctx: CaseContext, topic: str, work: Path) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def _run(spark: Any, ctx: CaseContext, source: Path, kind: str) -> tuple[float, 
 
     name = f"bench-sink-{kind}-{time.time_ns()}"
     url = ctx.s3_url(name)
-    checkpoint = tempfile.mkdtemp(prefix=f"bench-{kind}-")
+    checkpoint = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir=ctx.workdir)
     df = (spark.readStream.schema("id long, k int, payload string")
           .option("maxFilesPerTrigger", 1).parquet(str(source)))
     writer = df.writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
@@ -106,7 +106,7 @@ def run(ctx: CaseContext) -> list[Result]:
     from orderedstream.dev.services.spark import local_spark_session, s3a_conf
     from orderedstream.sinks.datasource import FencedParquetDataSource
 
-    source = Path(tempfile.mkdtemp(prefix="bench-sink-in-"))
+    source = Path(tempfile.mkdtemp(prefix="bench-sink-in-", dir=ctx.workdir))
     rows = _make_input(source, ctx.scale["rows"])
     creds = ctx.storage_options
     spark = local_spark_session("bench-sink", conf={

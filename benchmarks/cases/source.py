@@ -70,7 +70,7 @@ def _tree_cpu() -> dict[int, float]:
 
 def _read_once(spark: Any, fmt: str, options: dict[str, str], ctx: CaseContext,
                topic: str) -> dict[str, float]:
-    checkpoint = tempfile.mkdtemp(prefix=f"bench-{fmt}-")
+    checkpoint = tempfile.mkdtemp(prefix=f"bench-{fmt}-", dir=ctx.workdir)
     reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", ctx.bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest"))
     for key, value in options.items():

@@ -134,6 +134,74 @@ def test_s3_first_start_picks_new_ports_when_one_was_taken(tmp_path: Path) -> No
             server.stop()
 
 
+def _seaweed_litter() -> set[str]:
+    """What ``weed mini`` leaves in the temporary directory when left to its defaults: glog
+    files, Unix sockets, WebDAV chunk cache folders (8 hex digits holding ``c0_2_0.dat``...)."""
+    import re
+    import tempfile
+
+    root = Path(tempfile.gettempdir())
+    found = set()
+    for entry in root.iterdir():
+        name = entry.name
+        if name.startswith(("weed.", "seaweedfs-")) or name.startswith("orderedstream-s3-"):
+            found.add(name)
+        elif re.fullmatch(r"[0-9a-f]{8}", name) and entry.is_dir() and any(
+                child.name.startswith("c0_") for child in entry.iterdir()):
+            found.add(name)
+    return found
+
+
+def _seaweed_sockets_of(server: object) -> list[Path]:
+    """The gRPC sockets SeaweedFS keeps in /tmp for ``server``'s ports (HTTP port + 10000)."""
+    ports = {getattr(server, name) + 10000 for name in
+             ("port", "master_port", "volume_port", "filer_port", "admin_port")}
+    return [p for p in Path("/tmp").glob("seaweedfs-*-grpc-*.sock")
+            if int(p.stem.rsplit("-", 1)[1]) in ports]
+
+
+@pytest.mark.parametrize(("deep", "end"), [(False, "stop"), (True, "stop"), (False, "kill")],
+                         ids=["short-workdir", "long-workdir", "killed"])
+def test_s3_server_leaves_nothing_in_the_temporary_directory(tmp_path: Path, deep: bool,
+                                                             end: str) -> None:
+    """Logs, sockets and caches go to the server's work folder; when that folder's path is
+    too long for a Unix socket, the sockets go to a private folder removed at stop. A killed
+    server's gRPC sockets (SeaweedFS puts them in /tmp, and only a graceful stop removes
+    them) are removed by ``kill``."""
+    import shutil
+    import tempfile
+
+    from orderedstream.dev.services.s3 import S3Server
+
+    before = _seaweed_litter()
+    # tmp_path's length depends on pytest's base folder: the short case makes its own.
+    short = Path(tempfile.mkdtemp(prefix="s3t-"))
+    workdir = tmp_path / ("d" * 100) if deep else short / "s3"
+    server = S3Server(workdir)
+    server.start()
+    try:
+        fs = server.filesystem()
+        fs.pipe_file(server.url("x"), b"up")
+        assert fs.cat_file(server.url("x")) == b"up"
+        assert any(workdir.glob("weed.*")), "glog files belong in the work folder"
+        assert (workdir / "webdav-cache").is_dir()
+        # The S3 and filer sockets at once; each server's local gRPC socket a while later.
+        sockets = {p.name.rsplit("-", 1)[0] for p in workdir.glob("seaweedfs-*.sock")}
+        assert (not sockets) if deep else {"seaweedfs-s3", "seaweedfs-filer"} <= sockets
+        private = [p for p in Path(tempfile.gettempdir()).glob("orderedstream-s3-*")
+                   if any(p.glob("seaweedfs-*.sock"))]
+        assert bool(private) == deep
+        if end == "kill":
+            grpc = {p.name.rsplit("-", 1)[0] for p in _seaweed_sockets_of(server)}
+            assert grpc == {"seaweedfs-s3-grpc", "seaweedfs-filer-grpc"} | {
+                "seaweedfs-master-grpc", "seaweedfs-volume-grpc", "seaweedfs-admin-grpc"}
+            server.kill()
+    finally:
+        server.stop()
+        shutil.rmtree(short, ignore_errors=True)
+    assert _seaweed_litter() - before == set()
+
+
 def test_local_spark_runs_python_workers_from_this_venv(spark) -> None:
     import sys
 

@@ -88,7 +88,11 @@ class KafkaBroker:
             raise ServiceError(
                 "Java 17+ is needed to run the local Kafka broker ('java' not found)")
         heap = heap or self.heap
-        return [java, f"-Xmx{heap}", "-XX:+UseG1GC",
+        # The broker's scratch (lz4-java extracts its native library there, and a killed JVM
+        # leaves it) in its work folder, not the system temporary directory.
+        tmp = self.workdir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        return [java, f"-Xmx{heap}", "-XX:+UseG1GC", f"-Djava.io.tmpdir={tmp}",
                 f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true",
                 "-cp", kafka_broker_classpath(self.version), main, *args]
 
