@@ -144,7 +144,7 @@ def _seaweed_litter() -> set[str]:
     found = set()
     for entry in root.iterdir():
         name = entry.name
-        if name.startswith(("weed.", "seaweedfs-")) or name.startswith("orderedstream-s3-"):
+        if name.startswith(("weed.", "seaweedfs-", "orderedstream-s3-")):
             found.add(name)
         elif re.fullmatch(r"[0-9a-f]{8}", name) and entry.is_dir() and any(
                 child.name.startswith("c0_") for child in entry.iterdir()):
@@ -185,7 +185,8 @@ def test_s3_server_leaves_nothing_in_the_temporary_directory(tmp_path: Path, dee
         assert fs.cat_file(server.url("x")) == b"up"
         assert any(workdir.glob("weed.*")), "glog files belong in the work folder"
         assert (workdir / "webdav-cache").is_dir()
-        # The S3 and filer sockets at once; each server's local gRPC socket a while later.
+        # The S3 and filer sockets here; the servers' gRPC sockets stay at SeaweedFS's
+        # fixed /tmp path (checked for the killed server below).
         sockets = {p.name.rsplit("-", 1)[0] for p in workdir.glob("seaweedfs-*.sock")}
         assert (not sockets) if deep else {"seaweedfs-s3", "seaweedfs-filer"} <= sockets
         private = [p for p in Path(tempfile.gettempdir()).glob("orderedstream-s3-*")
@@ -193,8 +194,8 @@ def test_s3_server_leaves_nothing_in_the_temporary_directory(tmp_path: Path, dee
         assert bool(private) == deep
         if end == "kill":
             grpc = {p.name.rsplit("-", 1)[0] for p in _seaweed_sockets_of(server)}
-            assert grpc == {"seaweedfs-s3-grpc", "seaweedfs-filer-grpc"} | {
-                "seaweedfs-master-grpc", "seaweedfs-volume-grpc", "seaweedfs-admin-grpc"}
+            assert grpc == {"seaweedfs-s3-grpc", "seaweedfs-filer-grpc", "seaweedfs-master-grpc",
+                            "seaweedfs-volume-grpc", "seaweedfs-admin-grpc"}
             server.kill()
     finally:
         server.stop()
