@@ -6,6 +6,7 @@ Built on the driver by ``OrderedStateful`` and shipped (pickled) to every task; 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -94,10 +95,12 @@ class OrderedOptions:
     def __post_init__(self) -> None:
         for name in ("state_location", "output"):
             value = getattr(self, name)
-            if not isinstance(value, str) or "://" not in value and not value.startswith("/"):
-                raise OptionError(f"OrderedStateful({name}={value!r}): an fsspec URL is "
-                                  "required, e.g. s3://bucket/path or file:///tmp/path")
-            object.__setattr__(self, name, value.rstrip("/"))
+            if not isinstance(value, str) or not value.strip():
+                raise OptionError(f"OrderedStateful({name}={value!r}): a local path or an "
+                                  "fsspec URL is required, e.g. s3://bucket/path or /data/path")
+            if "://" not in value:  # a local path: relative to the driver's working directory,
+                value = os.path.abspath(os.path.expanduser(value))  # as Spark's paths are
+            object.__setattr__(self, name, value.rstrip("/") or "/")
         if self.state_location == self.output:
             raise OptionError("OrderedStateful: state_location and output must differ "
                               f"(both are {self.output!r})")

@@ -4,10 +4,15 @@ inside Spark (records deleted from Kafka before the job read them) shown reason 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -98,3 +103,54 @@ def test_run_is_quiet_writes_metrics_and_shows_a_state_failure_reason_first(
 def _with_stdout(result: subprocess.CompletedProcess[str], text: str
                  ) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(result.args, result.returncode, text, result.stderr)
+
+
+def _wait_for(path: Path, name: str, proc: subprocess.Popen[str], timeout: float) -> float:
+    """The metric ``name`` of the metrics file once it is > 0 (the run must still be alive)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the run ended early (rc {proc.returncode})"
+        if path.exists() and (value := _metric(path.read_text(), name)) > 0:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{name} still 0 after {timeout}s")
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_a_signal_stops_a_running_job_cleanly_and_relative_paths_are_the_cwd_s(
+        kafka, s3, tmp_path: Path, how: str) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it: the JVM and the
+    Python workers get it too) or SIGTERM to the driver after the first batch: the job stops
+    after its running batch, exit 0, nothing lost; local paths relative to the working
+    directory are accepted (as Spark resolves them)."""
+    prefix = unique("clisig")
+    gen = GeneratorOptions(prefix=prefix, sites=1, late_sites=0, partitions=2,
+                           sessions_per_site=4, rows=3, updates=10, bad_fraction=0.0, seed=7)
+    stats = generate(kafka.bootstrap, gen, create_topic=kafka.create_topic)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orderedstream.app.cli", "run", "--bootstrap-servers",
+         kafka.bootstrap, "--output", "out", "--state", "./state", "--checkpoint", "ckpt",
+         "--topic-pattern", f"{prefix}-.*", "--trigger", "1 second", "--metrics-file",
+         "metrics.prom", "--progress-every", "1", "--master", "local[2]"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **s3.aws_env()}, start_new_session=True)
+    try:
+        records = _wait_for(tmp_path / "metrics.prom", "orderedstream_records_total", proc, 300)
+        assert records == stats.records
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    number = signal.SIGINT if how == "ctrl-c" else signal.SIGTERM
+    assert proc.returncode == 0, out[-4000:]
+    assert f"[job] signal {int(number)}: stopping after the running batch" in out, out[-4000:]
+    assert "orderedstream: " not in out and "Traceback" not in out, out[-4000:]
+    assert re.search(r"\[job\] stopped: \d+ batches committed in this run, "
+                     rf"{stats.records:,} records, 0 restarts", out), out[-4000:]
+    assert {p.name for p in tmp_path.iterdir()} >= {"out", "state", "ckpt"}
+    assert (tmp_path / "out" / "_delta_log").is_dir() and any((tmp_path / "state").iterdir())

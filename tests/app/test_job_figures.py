@@ -16,6 +16,7 @@ from orderedstream.app.job.figures import (
     write_metrics_file,
 )
 from orderedstream.app.job.generator import GeneratorOptions, generate
+from orderedstream.app.job.monitor import ProgressView, batch_rate
 from orderedstream.app.job.pipeline import JobOptions, start_job
 from orderedstream.core.errors import OptionError, UserFunctionError, error_summary
 from orderedstream.core.jvm import (
@@ -83,6 +84,11 @@ def test_observed_metrics_and_tracker_figures_from_a_real_run(spark, kafka, s3, 
     assert figures.batches == len(observed)
     text = (tmp_path / "m.prom").read_text()
     assert f'orderedstream_records_total{{query="figs"}} {stats.records}\n' in text
+    # the progress line's rate is of Kafka records (Spark's rows are ranges with emit=ranges)
+    rate = batch_rate(figures)
+    assert round(rate * figures.last_batch_ms / 1000) == int(last["records"]) > 0
+    assert f"{rate:,.0f} rec/s" in ProgressView("t", out=lambda _: None).line(
+        {"figures": figures, "rate": rate})
 
 
 def test_prometheus_text_and_atomic_replace(tmp_path: Path) -> None:

@@ -85,7 +85,7 @@ def create_topic_fn(bootstrap: str) -> Callable[[str, int], None]:
 def run_job(args: argparse.Namespace, opts: Any) -> int:
     """Check, start, show progress, restart after transient failures; the exit code."""
     from orderedstream.app.job.figures import FigureTracker
-    from orderedstream.app.job.monitor import JobMonitor, ProgressView
+    from orderedstream.app.job.monitor import JobMonitor, ProgressView, batch_rate
     from orderedstream.app.job.pipeline import finish_cleanup, start_job
     from orderedstream.app.job.preflight import check_durations, check_job
 
@@ -98,21 +98,18 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
     with ProgressView("orderedstream run", every=args.progress_every) as view:
         view.print(f"[job] checked: Kafka answers ({len(topics)} topics match "
                    f"{opts.topic_pattern!r}); output, state and checkpoint are writable")
+        if not topics:
+            view.print(f"[job] warning: no topic matches {opts.topic_pattern!r} yet"
+                       + ("; --available-now finds nothing to process" if args.available_now
+                          else "; topics that appear later are read from their start"))
         if console.log_path:
             view.print(f"[job] Spark, py4j and Kafka client logs: {console.log_path}")
         view.phase(f"starting Spark session ({args.master or 'local[2,4]'})")
         spark = start_spark("orderedstream-job", args.master, console)
         view.print(f"[job] Spark {spark.version} ready in {time.monotonic() - began:.0f}s")
-        stopping: dict[str, Any] = {"signal": None, "query": None}
-
-        def stop(signum: int, _frame: object) -> None:
-            stopping["signal"] = signum
-            view.print(f"[job] signal {signum}: stopping after the running batch")
-            if stopping["query"] is not None:
-                stopping["query"].stop()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        stop = _StopRequest()
+        signal.signal(signal.SIGTERM, stop.on_signal)
+        signal.signal(signal.SIGINT, stop.on_signal)
         error: BaseException | None = None
         while True:
             view.phase("first plan: defining the Kafka source (Python workers start)")
@@ -122,10 +119,10 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
             except Exception as exc:  # noqa: BLE001 - printed reason first below
                 error = exc
                 break
-            stopping["query"] = query
             failure: BaseException | None = None
             with JobMonitor(query, opts, view, tracker):
                 while query.isActive:
+                    stop.serve(query, view.print)
                     try:
                         query.awaitTermination(1)
                     except Exception as exc:  # noqa: BLE001 - the query failed: reported
@@ -133,7 +130,7 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
                         break
             error = query.exception() or failure
             finish_cleanup(processor, view.print)
-            if (error is None or stopping["signal"] is not None
+            if (error is None or stop.signum is not None
                     or tracker.figures.restarts >= args.max_restarts or not _transient(error)):
                 break
             tracker.restarted()
@@ -141,8 +138,10 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
                        f"{tracker.figures.restarts}/{args.max_restarts} from its checkpoint in "
                        f"{RESTART_BACKOFF_S:.0f}s")
             time.sleep(RESTART_BACKOFF_S)
+            if stop.signum is not None:  # stopped during the back-off: no new start
+                break
         figures = tracker.figures
-        view.update({"figures": figures, "lag": None, "rate": 0.0,
+        view.update({"figures": figures, "lag": None, "rate": batch_rate(figures),
                      "elapsed": time.monotonic() - began}, force=True)
     if error is not None:  # the progress view has stopped: the reason is the next line
         report_failure(error, console)
@@ -150,6 +149,44 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
           f"{figures.records:,} records, {figures.restarts} restarts", flush=True)
     stop_session(spark)  # without pyspark's 0.5-1.5 s wait for its accumulator server
     return 0 if error is None else 1
+
+
+class _StopRequest:
+    """SIGTERM / Ctrl-C: stop the query after its running batch; a second signal stops it now.
+
+    The handler only records the signal: it runs on the main thread, which is then inside a
+    py4j call (``awaitTermination``) on the same connection, and a py4j call from it fails
+    ("reentrant call inside BufferedReader"). The main loop, back from ``awaitTermination``
+    within a second, calls :meth:`serve`, which stops the query once no trigger is running.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.signals = 0
+        self._announced = 0
+        self._stopped = False
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.signum = signum
+        self.signals += 1
+
+    def serve(self, query: Any, say: Callable[[str], None]) -> None:
+        if self.signum is None or self._stopped:
+            return
+        now = self.signals > 1
+        if self._announced < self.signals:
+            self._announced = self.signals
+            say(f"[job] signal {self.signum}: "
+                + ("stopping now (the running batch is retried at the next start)" if now
+                   else "stopping after the running batch (again to stop now)"))
+        if not now:
+            try:
+                if (query.status or {}).get("isTriggerActive"):
+                    return  # a batch is running: ask again in a second
+            except Exception:  # noqa: BLE001 - the query may be ending: stop it below
+                pass
+        self._stopped = True
+        query.stop()
 
 
 def _locations(opts: Any) -> dict[str, str]:

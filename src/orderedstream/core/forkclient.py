@@ -22,6 +22,8 @@ import struct
 import sys
 from typing import Any
 
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+"""Signals to this process that go to the forked process it stands for."""
 _LENGTH = struct.Struct("!I")
 _INT = struct.Struct("!i")
 
@@ -88,7 +90,12 @@ def main(argv: list[str]) -> int:
         conn.close()
         _exec_plain(python, rest)
     lifeline_read, lifeline_write = os.pipe()  # the forked process ends when this one does
-    request = marshal.dumps({"argv": rest, "cwd": os.getcwd(), "env": dict(os.environb)})
+    # Signals this process was started ignoring (the JVM ignores SIGINT: pyspark starts it so,
+    # and its children inherit it) stay ignored in the forked process, as across an exec: a
+    # terminal's Ctrl-C to the driver's process group must not end the Python workers.
+    ignored = [int(s) for s in _FORWARDED if signal.getsignal(s) == signal.SIG_IGN]
+    request = marshal.dumps({"argv": rest, "cwd": os.getcwd(), "env": dict(os.environb),
+                             "ignored_signals": ignored})
     fds = array.array("i", [0, 1, 2, lifeline_read])
     try:
         conn.sendmsg([_LENGTH.pack(len(request))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
@@ -109,8 +116,9 @@ def main(argv: list[str]) -> int:
         except ProcessLookupError:
             pass
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(signum, forward)
+    for signum in _FORWARDED:
+        if int(signum) not in ignored:
+            signal.signal(signum, forward)
     code = _wait_exit(conn, pid)
     return code if code >= 0 else 128 - code  # a shell's code for a signal
 

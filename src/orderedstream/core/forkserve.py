@@ -194,6 +194,8 @@ def _child(request: dict[str, Any], fds: list[int], base: list[str],
         for signum in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in request.get("ignored_signals", ()):  # ignored by the client: as an exec
+            signal.signal(signum, signal.SIG_IGN)  # would leave them (SIGINT from the JVM)
         for sock in sockets:
             sock.close()
         for fd in server_fds:  # the wake-up pipe, the other clients' connections

@@ -74,10 +74,17 @@ def test_durations_parse_and_bad_ones_say_what_is_accepted() -> None:
         parse_duration_ms(0)
 
 
-def test_options_are_validated_once_with_clear_errors(tmp_path: Any) -> None:
+def test_options_are_validated_once_with_clear_errors(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     common: dict[str, Any] = {"output_schema": OUT, "output": f"file://{tmp_path}/o"}
     with pytest.raises(OptionError, match="state_location"):
-        OrderedStateful(count, state_location="relative/path", **common)
+        OrderedStateful(count, state_location=" ", **common)
+    # a relative local path is the driver's, as Spark resolves its own paths
+    monkeypatch.chdir(tmp_path)
+    relative = OrderedStateful(count, state_location="./rel/state/", output="out",
+                               output_schema=OUT).options
+    assert (relative.state_location, relative.output) == (f"{tmp_path}/rel/state",
+                                                          f"{tmp_path}/out")
     with pytest.raises(OptionError, match="must differ"):
         OrderedStateful(count, state_location=f"file://{tmp_path}/o", **common)
     with pytest.raises(OptionError, match="max_cached_keys"):
@@ -125,7 +132,8 @@ def test_state_table_stays_bounded_and_finds_only_expired_keys(tmp_path: Any) ->
 
 def _options(tmp_path: Any) -> Any:
     return OrderedStateful(count, state_location=f"file://{tmp_path}/state",
-                           output=f"file://{tmp_path}/out", output_schema=OUT).options
+                           output=f"file://{tmp_path}/out", output_schema=OUT,
+                           store_options={"local_dir": f"{tmp_path}/local"}).options
 
 
 def test_task_keeps_state_across_batches_and_times_keys_out(processor: OrderedStateful) -> None:

@@ -112,7 +112,7 @@ class ProgressView:
                      f"{f.last_batch_id if f.last_batch_id is not None else '-'}), "
                      f"{f.skipped_batches} replays skipped")
         grid.add_row("records", f"{f.records:,} total, {v.get('rate', 0.0):,.0f} rec/s "
-                     "(last trigger)")
+                     "(last batch)")
         grid.add_row("batch duration", f"{f.last_batch_ms:,.0f} ms (state commit "
                      f"{f.last_state_commit_ms:,.0f} ms), {f.last_records:,} records")
         grid.add_row("state", f"{f.state_keys:,} keys, {_size(f.state_bytes)}, "
@@ -129,6 +129,14 @@ class ProgressView:
             more = f" (+{len(lag) - len(shown)} topics)" if len(lag) > len(shown) else ""
             grid.add_row("lag", f"{total:,} records: {text}{more}" if lag else "0")
         return Panel(grid, title=self.title, expand=False)
+
+
+def batch_rate(figures: Figures) -> float:
+    """Kafka records per second of the last batch (its records over its duration). Not
+    Spark's ``processedRowsPerSecond``: with ``emit=ranges`` a Spark row is a Kafka range."""
+    if figures.last_batch_ms <= 0:
+        return 0.0
+    return figures.last_records * 1000.0 / figures.last_batch_ms
 
 
 class JobMonitor:
@@ -184,9 +192,8 @@ class JobMonitor:
             except Exception as exc:  # noqa: BLE001 - progress must not kill the job
                 _log.debug("lag failed: %s", exc)
                 self._lag = None
-        progress = self.query.lastProgress or {}
-        return {"figures": self.tracker.figures, "lag": self._lag,
-                "rate": float(progress.get("processedRowsPerSecond") or 0.0),
+        figures = self.tracker.figures
+        return {"figures": figures, "lag": self._lag, "rate": batch_rate(figures),
                 "elapsed": now - self.started}
 
     def _run(self) -> None:
