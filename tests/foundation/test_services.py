@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
 
 from orderedstream.core import storage
+from orderedstream.core.errors import ServiceError
+from orderedstream.dev.services.embedded import embedded_services, serving
 
 
 def _consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, bytes]]:
@@ -227,3 +231,30 @@ def test_cluster_runs_tasks_in_two_executor_processes(cluster_spark) -> None:
     dirs = set(cluster_spark.sparkContext.parallelize(range(16), 16).mapPartitions(where).collect())
     executor_ids = {Path(d).name for d in dirs}
     assert len(executor_ids) == 2, dirs
+
+
+def test_a_work_folder_is_served_by_one_process_at_a_time(tmp_path: Path) -> None:
+    """``orderedstream services`` still running on a folder when ``demo`` starts on it: the
+    second is refused naming the first (two brokers on one data folder broke both)."""
+    folder = tmp_path / "work"
+    script = ("import sys, time\n"
+              "from pathlib import Path\n"
+              "from orderedstream.dev.services.embedded import serving\n"
+              "with serving(Path(sys.argv[1])):\n"
+              "    print('serving', flush=True)\n"
+              "    time.sleep(600)\n")
+    folder.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", script, str(folder)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "serving\n"
+        with pytest.raises(ServiceError, match=rf"the Kafka and S3 data in {folder} are "
+                                               rf"already served by pid {other.pid} "):
+            with embedded_services(workdir=folder):
+                raise AssertionError("a second server started on the same data")
+        assert not (folder / "kafka").exists() and not (folder / "s3").exists()
+    finally:
+        other.kill()
+        other.wait()
+    with serving(folder):  # its owner ended (even killed): the folder is free again
+        assert f"pid {os.getpid()} " in (folder / "services.lock").read_text()

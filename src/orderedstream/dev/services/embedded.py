@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
+import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orderedstream.core.errors import ServiceError
 from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.dev.services.kafka import KafkaBroker
 from orderedstream.dev.services.process import port_open
@@ -42,6 +46,46 @@ def embedded_services(bootstrap: str | None = None, s3_endpoint: str | None = No
     printed by an earlier run stay valid."""
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="orderedstream-"))
     root.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        if bootstrap is None or s3_endpoint is None:
+            stack.enter_context(serving(root))
+        with _started(root, bootstrap, s3_endpoint, bucket, keep_ports) as endpoints:
+            yield endpoints
+
+
+LOCK_FILE = "services.lock"
+
+
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[None]:
+    """This process serves ``root``'s Kafka and S3 data: a second server on the same data
+    (``orderedstream services`` still running when ``orderedstream demo`` starts) would break
+    both, so it is refused naming the process that serves them. An ``fcntl`` lock: it ends
+    with its process, however that ends."""
+    with open(root / LOCK_FILE, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            owner = handle.read().strip() or "another process"
+            raise ServiceError(
+                f"the Kafka and S3 data in {root} are already served by {owner}: stop it "
+                "first (Ctrl-C), or give another --workdir") from None
+        handle.seek(0)
+        handle.truncate()
+        command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]]) if sys.argv else "python"
+        handle.write(f"pid {os.getpid()} ({command})\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.truncate(0)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _started(root: Path, bootstrap: str | None, s3_endpoint: str | None, bucket: str,
+             keep_ports: bool) -> Iterator[Endpoints]:
     broker: KafkaBroker | None = None
     s3: S3Server | None = None
     started: list[str] = []
