@@ -12,7 +12,12 @@ import json
 import sys
 from typing import Any
 
-from orderedstream.core.errors import OptionError, OrderedStreamError
+from orderedstream.core.errors import (
+    OptionError,
+    OrderedStreamError,
+    StateNotFoundError,
+    UnsupportedFormatError,
+)
 from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.sinks.options import parse_size
 
@@ -45,10 +50,28 @@ def storage_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _fenced_table(args: argparse.Namespace) -> dict[str, Any]:
+    """The storage options of ``args.url`` once it is known to hold a fenced Parquet table (a
+    Delta table, or nothing, is refused naming the command that fits)."""
+    from orderedstream.sinks.deltalog import table_format
+
+    options = storage_options_from_args(args)
+    kind = table_format(args.url, options)
+    if kind == "delta":
+        raise UnsupportedFormatError(
+            f"{args.url} is a Delta table; the sink commands read fenced Parquet tables "
+            "(--output-format parquet). Use 'orderedstream table history|verify|compact|vacuum' "
+            "for a Delta table")
+    if kind is None:
+        raise StateNotFoundError(f"{args.url} holds no fenced Parquet table (no _fenced/ log "
+                                 "there); check the URL and storage options")
+    return options
+
+
 def _batches(args: argparse.Namespace) -> int:
     from orderedstream.core.commitlog import CommitLog
 
-    log = CommitLog(args.url, storage_options_from_args(args))
+    log = CommitLog(args.url, _fenced_table(args))
     if log.latest_version() is None:
         print("no commits")
         return 0
@@ -64,7 +87,7 @@ def _batches(args: argparse.Namespace) -> int:
 def _files(args: argparse.Namespace) -> int:
     from orderedstream.sinks.table import FencedTable
 
-    snap = FencedTable(args.url, storage_options_from_args(args)).snapshot()
+    snap = FencedTable(args.url, _fenced_table(args)).snapshot()
     for f in sorted(snap.files, key=lambda f: f.path):
         print(f"{f.size:>12} {f.rows:>10}  {f.path}")
     print(f"{len(snap.files)} files, {snap.rows} rows, version {snap.version}")
@@ -89,7 +112,7 @@ def verify(url: str, storage_options: dict[str, Any] | None = None) -> list[str]
 
 
 def _verify(args: argparse.Namespace) -> int:
-    problems = verify(args.url, storage_options_from_args(args))
+    problems = verify(args.url, _fenced_table(args))
     for line in problems:
         print(line)
     print("OK" if not problems else f"{len(problems)} problem(s)")
@@ -99,7 +122,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     from orderedstream.sinks.maintenance import compact
 
-    result = compact(args.url, storage_options_from_args(args), target_file_bytes=parse_size(
+    result = compact(args.url, _fenced_table(args), target_file_bytes=parse_size(
         "--target-file-size", args.target_file_size), min_files=args.min_files,
         metadata_compact_interval=args.metadata_compact_interval)
     where = "nothing to compact" if result.record is None else f"version {result.record.version}"
@@ -110,7 +133,7 @@ def _compact(args: argparse.Namespace) -> int:
 def _vacuum(args: argparse.Namespace) -> int:
     from orderedstream.sinks.maintenance import vacuum
 
-    result = vacuum(args.url, storage_options_from_args(args), grace_seconds=args.grace_seconds,
+    result = vacuum(args.url, _fenced_table(args), grace_seconds=args.grace_seconds,
                     dry_run=args.dry_run)
     for path in result.deleted:
         print(("would delete " if args.dry_run else "deleted ") + path)

@@ -31,6 +31,7 @@ so a changed function is tried against history as if it had run it.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -205,17 +206,48 @@ def replay(*, output: str, state: str, checkpoint: str, topic: str, partition: i
            kafka_options: Mapping[str, str] | None = None, scratch: str | None = None,
            key_columns: list[str] | tuple[str, ...] | None = None) -> ReplayResult:
     """Replay batches ``first..last`` (inclusive; default just ``first``) of Kafka
-    ``topic``-``partition`` in this process and compare them with what they committed."""
+    ``topic``-``partition`` in this process and compare them with what they committed.
+
+    The replayed rows go to ``<scratch>/output``. Without ``scratch`` a new folder
+    ``orderedstream-replay-*`` in the system temp directory (``tempfile.gettempdir()``,
+    ``$TMPDIR``) is made: kept after a replay that wrote rows (the caller reads and deletes
+    it), removed when the replay fails or is refused, or wrote nothing. A ``scratch`` given
+    is never removed."""
     last = first if last is None else last
     if first < 0 or last < first:
         raise OptionError(f"replay batches {first}..{last}: 0 <= first <= last is required")
     storage = dict(storage_options or {})
     log = _batch_log(output, storage)
-    pid = partition_id(topic, partition)
     first_record = _record(log, first, output)
+    _section(first_record, first, output)
+    run = functools.partial(
+        _replay, log, first_record, output=output, state=state, checkpoint=checkpoint,
+        topic=topic, partition=partition, first=first, last=last,
+        bootstrap_servers=bootstrap_servers, function=function, storage=storage,
+        kafka_options=kafka_options, key_columns=key_columns)
+    if scratch is not None:
+        return run(scratch=scratch)
+    own = tempfile.mkdtemp(prefix="orderedstream-replay-")
+    try:
+        result = run(scratch=own)
+    except BaseException:  # refused, failed or interrupted: no half-written folder left
+        shutil.rmtree(own, ignore_errors=True)
+        raise
+    if not any(b.scratch_file for b in result.batches):  # nothing to read afterwards
+        shutil.rmtree(own, ignore_errors=True)
+    return result
+
+
+def _replay(log: Any, first_record: CommitRecord, *, scratch: str, output: str, state: str,
+            checkpoint: str, topic: str, partition: int, first: int, last: int,
+            bootstrap_servers: str,
+            function: str | Callable[..., Any] | None, storage: dict[str, Any],
+            kafka_options: Mapping[str, str] | None,
+            key_columns: list[str] | tuple[str, ...] | None) -> ReplayResult:
+    """:func:`replay` into the folder ``scratch``."""
+    pid = partition_id(topic, partition)
     first_section = _section(first_record, first, output)
     replay_info = first_section.get("replay") or {}
-    scratch = scratch or tempfile.mkdtemp(prefix="orderedstream-replay-")
     local_dir = os.path.join(scratch, f"state-copy-{uuid.uuid4().hex[:8]}")
     options = _options(first_record, first_section, state=state, output=output,
                        storage_options=storage, local_dir=local_dir)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from orderedstream.core.errors import StateNotFoundError
+from orderedstream.core.errors import OptionError, StateNotFoundError
 from orderedstream.statestore.base import EMPTY_VERSION
 from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, encode_key
 from orderedstream.statestore.ordered.options import OrderedOptions
@@ -77,14 +77,27 @@ class StateInspector:
     def _open(self, topic: str, partition: int, base: PartitionBase) -> Any:
         assert base.manifest is not None  # callers check EMPTY_VERSION / no manifest first
         store = open_store(self.options, topic, {(partition, base.version): base.manifest})
+        fs, root = store.filesystem()
+        if not fs.exists(f"{root}/{base.manifest}"):  # a wrong state URL finds nothing there
+            raise StateNotFoundError(
+                f"the state of Kafka {partition_id(topic, partition)} at version "
+                f"{base.version} (named by {self.output}'s commits) is not at "
+                f"{store.location.url}/{base.manifest}: either {self.options.state_location} "
+                "is not this output's state location, or retention deleted that version "
+                "(only the last keep_batches batches keep their state)")
         return store.open_read_only(partition, base.version)
 
     def value(self, topic: str, partition: int, key: Any,
               batch_id: int | None = None) -> KeyVersion:
         """``key``'s state as committed by ``batch_id`` (default: latest)."""
         record = self._record(batch_id)
-        base = bases_from_extra(record.extra).get(partition_id(topic, partition))
-        return self._value(int(record.batch_id), topic, partition, key, base)
+        bases = bases_from_extra(record.extra)
+        pid = partition_id(topic, partition)
+        if pid not in bases:
+            raise StateNotFoundError(
+                f"Kafka {pid} has no state as of batch {record.batch_id} of {self.output}; "
+                f"the partitions it has: {', '.join(sorted(bases)) or 'none'}")
+        return self._value(int(record.batch_id), topic, partition, key, bases[pid])
 
     def _value(self, batch_id: int, topic: str, partition: int, key: Any,
                base: PartitionBase | None) -> KeyVersion:
@@ -102,6 +115,9 @@ class StateInspector:
         """``key`` at every state version of the partition committed by batches
         ``first..last`` (default: the last ``DEFAULT_HISTORY_BATCHES`` batches), oldest
         first; batches that did not change the partition are skipped."""
+        if first is not None and last is not None and int(first) > int(last):
+            raise OptionError(f"state history: the first batch {first} is after the last "
+                              f"batch {last}; give first <= last")
         newest = self.log.latest()
         if newest is None:
             return

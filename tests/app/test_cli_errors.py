@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.app.cli_helpers import assert_reason_first, run_cli
 from tests.fixtures import unique
 
@@ -71,3 +73,40 @@ def test_demo_refuses_a_folder_that_is_not_its_own(tmp_path: Path) -> None:
     result = run_cli("demo", "--workdir", str(tmp_path), "--clean")
     assert_reason_first(result, "OptionError", "--clean refuses", str(tmp_path))
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(("option", "value", "accepted"), [
+    ("--sites", "0", "1 or more sites"), ("--partitions", "0", "1 or more partitions"),
+    ("--sessions", "-2", "1 or more sessions"), ("--rows", "-1", "0 or more rows"),
+    ("--updates", "-1", "0 or more row changes"), ("--sites", "many", "1 or more"),
+    ("--max-offsets-per-trigger", "0", "1 or more records"),
+    ("--progress-every", "0", "seconds > 0")])
+def test_demo_refuses_bad_counts_before_starting_anything(tmp_path: Path, option: str,
+                                                          value: str, accepted: str) -> None:
+    workdir = tmp_path / "demo"
+    result = run_cli("demo", "--workdir", str(workdir), option, value, timeout=60)
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert_reason_first(result, "orderedstream demo: error:", f"argument {option}", accepted)
+    assert "usage: orderedstream demo" in result.stdout
+    assert "Traceback" not in result.stdout and "[demo]" not in result.stdout
+    assert not workdir.exists()  # nothing started, nothing written
+
+
+def test_demo_takes_progress_every_as_the_readme_says() -> None:
+    result = run_cli("demo", "--help", timeout=60)
+    assert result.returncode == 0, result.stdout
+    assert "--progress-every" in result.stdout
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "every `--progress-every`" in readme
+
+
+def test_unknown_option_shows_the_subcommands_usage(tmp_path: Path) -> None:
+    result = run_cli("demo", "--workdir", str(tmp_path / "demo"), "--no-such-option", "5",
+                     timeout=60)
+    assert_reason_first(result, "orderedstream demo: error: unrecognized arguments: "
+                                "--no-such-option 5")
+    assert "usage: orderedstream demo" in result.stdout
+    nested = run_cli("sink", "files", "some-url", "--bogus", timeout=60)
+    assert_reason_first(nested, "orderedstream sink files: error: unrecognized arguments: "
+                                "--bogus")
+    assert "usage: orderedstream sink files" in nested.stdout

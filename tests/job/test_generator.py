@@ -3,6 +3,8 @@ back."""
 
 from __future__ import annotations
 
+import time
+
 from orderedstream.app.job.generator import GeneratorOptions, generate
 from orderedstream.app.job.verify import compare, expected_from_topics, read_topics
 from tests.fixtures import unique
@@ -36,3 +38,57 @@ def test_generated_sessions_read_back_in_order_with_dead_letters(kafka) -> None:
     verdict = compare(changes, dead, final, broken[:-1] + [broken[2]], dead_rows[1:])
     assert (verdict.lost, verdict.duplicated, verdict.out_of_order,
             verdict.dead_letters_missing) == (1, 1, 1, 1)
+
+
+def _transactions(kafka, topic: str) -> list[int]:
+    """Committed, aborted, committed transactions into ``topic``: the log ends with a commit
+    marker and holds aborted records; returns the committed records' values as ints."""
+    producer = kafka.producer(transactional_id=unique("verify-tx"))
+    producer.init_transactions()
+    committed: list[int] = []
+    for n, commit in ((4, True), (3, False), (2, True)):
+        producer.begin_transaction()
+        for i in range(n):
+            value = len(committed) * 100 + i + (0 if commit else 50)
+            producer.produce(topic, key=b"k", value=str(value).encode())
+            if commit:
+                committed.append(value)
+        producer.flush(30)  # the aborted records are in the log, not just purged
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    return committed
+
+
+def test_read_topics_stops_at_each_partitions_end_without_waiting(kafka) -> None:
+    prefix = unique("verify")
+    plain, tx = f"{prefix}-plain", f"{prefix}-tx"
+    kafka.create_topic(plain, 4)  # partition 3 stays empty
+    kafka.create_topic(tx, 1)
+    for partition, count in ((0, 5), (1, 2500), (2, 1)):  # 2500: more than one consume()
+        kafka.produce(plain, [(b"k", str(i).encode()) for i in range(count)], partition=partition)
+    committed = _transactions(kafka, tx)
+    lines: list[str] = []
+
+    began = time.monotonic()
+    records = list(read_topics(kafka.bootstrap, f"{prefix}-.*", progress=lines.append,
+                               progress_every=0.0))
+    took = time.monotonic() - began
+    # each non-empty partition used to cost a whole 5 s consume() timeout at its end (20 s)
+    assert took < 8, took
+    by_partition: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset, _key, value in records:
+        assert value is not None
+        by_partition.setdefault((topic, partition), []).append(int(value))
+        assert offset >= 0
+    assert by_partition == {(plain, 0): list(range(5)), (plain, 1): list(range(2500)),
+                            (plain, 2): [0], (tx, 0): committed}
+    offsets = [o for t, _p, o, _k, _v in records if t == tx]
+    assert offsets == sorted(offsets) and len(offsets) == len(committed)
+    assert lines and lines[-1].startswith("[verify]") and "records read" in lines[-1]
+
+    # ``until`` stops each partition where it says, markers or not
+    until = {(plain, 1): 10, (tx, 0): offsets[1] + 1}
+    began = time.monotonic()
+    cut = list(read_topics(kafka.bootstrap, f"{prefix}-.*", until=until))
+    assert time.monotonic() - began < 8
+    assert [int(v) for t, p, _o, _k, v in cut if (t, p) == (plain, 1)] == list(range(10))
+    assert [int(v) for t, _p, _o, _k, v in cut if t == tx] == committed[:2]

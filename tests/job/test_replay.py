@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from orderedstream.app.job.pipeline import JobOptions, start_job
+from orderedstream.core.errors import OptionError
 from orderedstream.sinks.deltalog import BatchLog, DeltaOutput, open_batch_log
 from orderedstream.statestore.ordered.plan import EXTRA_KEY
 from orderedstream.statestore.ordered.replay import replay
@@ -99,14 +102,17 @@ def _tasks(log: BatchLog, batch_id: int) -> dict[str, Any]:
     return record.extra[EXTRA_KEY]["tasks"]
 
 
-def _cli(run: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(run: dict[str, Any], *args: str,
+         tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``orderedstream ARGS``; a replay gets a ``--scratch`` folder, or with ``tmpdir`` none
+    and ``TMPDIR=tmpdir`` (where its default scratch folder goes)."""
     opts, s3 = run["opts"], run["s3"]
     command = [sys.executable, "-m", "orderedstream.app.cli", *args[:1],
                "--s3-endpoint", s3.endpoint, "--output", opts.output, "--state",
                opts.state_location, *args[1:]]
-    if args[0] == "replay":  # keep the replayed rows out of the system temp dir
+    if args[0] == "replay" and tmpdir is None:  # keep the replayed rows out of the system tmp
         command += ["--scratch", str(run["workdir"] / unique("scratch"))]
-    env = {**os.environ, **s3.aws_env()}
+    env = {**os.environ, **s3.aws_env(), **({"TMPDIR": str(tmpdir)} if tmpdir else {})}
     began = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -258,7 +264,66 @@ def test_state_command_counts_and_shows_history(job_run: dict[str, Any]) -> None
     assert got.stdout.strip() == present[0], (got.stdout, present[0])
 
 
-def test_retention_removed_offsets_give_a_clear_error(job_run: dict[str, Any]) -> None:
+def _scratch_folders(tmpdir: Path) -> list[Path]:
+    return sorted(tmpdir.glob("orderedstream-replay-*"))
+
+
+def test_default_scratch_is_kept_with_its_output_and_removed_when_refused_or_failed(
+        job_run: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opts, topic = job_run["opts"], job_run["topic"]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the default scratch goes here
+    common = {"output": opts.output, "state": opts.state_location,
+              "checkpoint": opts.checkpoint, "topic": topic, "partition": 0, "first": 0,
+              "bootstrap_servers": opts.bootstrap, "storage_options": opts.storage_options}
+
+    result = replay(**common)
+    assert result.identical
+    assert _scratch_folders(tmp_path) == [Path(result.scratch)]
+    assert result.batches[0].scratch_file is not None
+    assert Path(result.batches[0].scratch_file).is_file()
+    assert [p.name for p in Path(result.scratch).iterdir()] == ["output"]  # no state copy
+    shutil.rmtree(result.scratch)
+
+    with pytest.raises(OptionError, match="cannot import module"):  # refused
+        replay(**common, function="tests.job.no_such_module:logic")
+    assert _scratch_folders(tmp_path) == []
+
+    def breaks(key: Any, record: Any, state: Any) -> Any:
+        if record is not None and record["offset"] >= 3:
+            raise RuntimeError("the user function broke")
+        yield from ()
+
+    with pytest.raises(RuntimeError, match="the user function broke"):  # failed midway
+        replay(**common, function=breaks)
+    assert _scratch_folders(tmp_path) == []
+
+    mine = tmp_path / "mine"  # a folder the user gave is never removed
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(RuntimeError):
+        replay(**common, function=breaks, scratch=str(mine))
+    assert (mine / "notes.txt").read_text() == "keep"
+
+
+def test_cli_replay_says_where_its_kept_output_is(job_run: dict[str, Any],
+                                                   tmp_path: Path) -> None:
+    opts, topic = job_run["opts"], job_run["topic"]
+    done = _cli(job_run, "replay", "--bootstrap-servers", opts.bootstrap, "--checkpoint",
+                opts.checkpoint, "--batch", "0", "--partition", f"{topic}:0", tmpdir=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [scratch] = _scratch_folders(tmp_path)
+    assert f"replayed output: {scratch / 'output'} (a temp folder, kept: delete {scratch} " \
+           "when done)" in done.stdout
+    assert list((scratch / "output").glob("batch=0/*.parquet"))
+    refused = _cli(job_run, "replay", "--bootstrap-servers", opts.bootstrap, "--checkpoint",
+                   opts.checkpoint, "--batch", "0", "--partition", f"{topic}:0",
+                   "--function", "nosuchmodule:logic", tmpdir=tmp_path)
+    assert refused.returncode == 2 and "nosuchmodule" in refused.stderr, refused.stderr
+    assert _scratch_folders(tmp_path) == [scratch]  # only the kept one
+
+
+def test_retention_removed_offsets_give_a_clear_error(job_run: dict[str, Any],
+                                                       tmp_path: Path) -> None:
     """Runs last: deletes the start of partition 0."""
     opts, topic, log = job_run["opts"], job_run["topic"], job_run["log"]
     end = _tasks(log, 0)[f"{topic}/0"]["last_offset"] + 1
@@ -266,8 +331,9 @@ def test_retention_removed_offsets_give_a_clear_error(job_run: dict[str, Any]) -
     for future in admin.delete_records([TopicPartition(topic, 0, end)]).values():
         future.result(30)
     done = _cli(job_run, "replay", "--bootstrap-servers", opts.bootstrap, "--checkpoint",
-                opts.checkpoint, "--batch", "0", "--partition", f"{topic}:0")
+                opts.checkpoint, "--batch", "0", "--partition", f"{topic}:0", tmpdir=tmp_path)
     assert done.returncode != 0, done.stdout
+    assert _scratch_folders(tmp_path) == [], "a failed replay leaves no scratch folder"
     assert "are no longer in Kafka" in done.stderr, done.stderr[-3000:]
     assert f"topic '{topic}' partition 0" in done.stderr
     assert f"[0, {end})" in done.stderr and f"now starts at offset {end}" in done.stderr

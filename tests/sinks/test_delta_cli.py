@@ -41,6 +41,13 @@ def test_table_cli_history_compact_vacuum_verify(target, request: Any) -> None:
 
     history = cli("history", url, *extra, env=env)
     assert history.returncode == 0, history.stderr
+    # the sink commands (fenced Parquet) refuse a Delta table, naming the commands that fit
+    sink = subprocess.run([sys.executable, "-m", "orderedstream.app.cli", "sink", "batches",
+                           url, *extra], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+    assert sink.returncode == 2 and sink.stderr.startswith(
+        f"orderedstream: UnsupportedFormatError: {url} is a Delta table"), sink.stderr
+    assert "orderedstream table history" in sink.stderr and not sink.stdout
     lines = history.stdout.splitlines()
     assert len(lines) == 5 and "t/0:[300,400)" in lines[-1] and " 3 " in lines[-1]
     verified = cli("verify", url, *extra, env=env)

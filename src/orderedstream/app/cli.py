@@ -1,15 +1,18 @@
-"""``orderedstream``: the pack's command line.
+"""orderedstream: the pack's command line.
 
-- ``demo``: the main job on embedded services (local Kafka, S3 and Spark), then verified;
-  its data stays in a work folder (``orderedstream services`` serves it again later);
-- ``run``: the main job against given Kafka and storage, until stopped;
-- ``services``: restart the demo's embedded Kafka and S3 on its work folder's data;
-- ``sink ...``: inspect and maintain a fenced Parquet table (``orderedstream.sinks.cli``);
-- ``shim-jar``: the bundled JVM shim's path, for ``spark-submit --jars``.
+  demo       the main job on embedded services (local Kafka, S3 and Spark), then verified;
+             its data stays in a work folder ('orderedstream services' serves it again)
+  run        the main job against given Kafka and storage, until stopped
+  services   restart the demo's embedded Kafka and S3 on its work folder's data
+  table      inspect and maintain the output Delta table (history, verify, compact, vacuum)
+  sink       inspect and maintain a fenced Parquet table (--output-format parquet)
+  replay     run a committed batch again from Kafka, or try new logic against history
+  state      query the committed state: keys, one key's value, its history
+  shim-jar   the bundled JVM shim's path, for spark-submit --jars
 
-S3 credentials come from the standard AWS chain (``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, an instance role): never from the command line,
-where every user of the machine can read them in the process list.
+S3 credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_PROFILE, an instance role): never from the command line, where every user of the machine
+can read them in the process list.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orderedstream.app.console import error_first
+from orderedstream.app.console import environment_error, error_first
 from orderedstream.app.demo_cli import register as register_demo_commands
+from orderedstream.app.demo_cli import seconds_option
 from orderedstream.app.job.pipeline import JobOptions
 from orderedstream.app.replay_cli import register as register_replay_commands
 from orderedstream.app.run_cli import run_job
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="how each batch saves a partition's state: changelog (the batch's "
                           "writes as one log, a full RocksDB checkpoint every 10th batch; "
                           "default) or checkpoint (a RocksDB checkpoint every batch)")
-    run.add_argument("--progress-every", type=float, default=10.0,
+    run.add_argument("--progress-every", type=seconds_option, default=10.0,
                      help="seconds between progress lines when the output is not a terminal "
                           "(seconds; default: 10)")
     run.add_argument("--metrics-file", type=Path, default=None,
@@ -137,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     register_sink_commands(sub)  # orderedstream sink {batches,files,verify,compact,vacuum}
     register_table_commands(sub)  # orderedstream table {history,compact,vacuum,verify}
     register_replay_commands(sub)  # orderedstream replay, orderedstream state
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the (sub)command's own usage, not the top-level one
+        _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args))
     except OrderedStreamError as exc:
@@ -145,11 +151,27 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(error_first(exc))
         return 2
     except Exception as exc:  # noqa: BLE001 - Spark's wrappers: the pack's reason first
+        setup = environment_error(exc)  # no credentials, an endpoint or brokers not answering
+        if setup is not None:
+            sys.stdout.flush()
+            sys.stderr.write(error_first(setup))
+            return 2
         if error_summary(exc) is None:
             raise
         sys.stdout.flush()
         sys.stderr.write(error_first(exc))
         return 1
+
+
+def _chosen_parser(parser: argparse.ArgumentParser,
+                   args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub)command's parser that ``args`` were parsed with (``sink files``)."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name is None or name not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[name]
 
 
 def _limit(text: str) -> int | None:

@@ -187,3 +187,45 @@ def error_first(exc: BaseException, *, log_path: Path | None = None) -> str:
     else:
         head = f"orderedstream: {reason}"
     return f"{head}{where}\n\n--- Spark's report (after the reason above) ---\n{trace}\n"
+
+
+_KAFKA_DOWN = ("_ALL_BROKERS_DOWN", "_TRANSPORT", "_TIMED_OUT", "_RESOLVE")
+
+
+def environment_error(exc: BaseException) -> BaseException | None:
+    """The pack's error for a failure of the machine's setup rather than of the input: no S3
+    credentials, an S3 endpoint that does not answer, Kafka brokers that do not answer (raised
+    by botocore / confluent-kafka, possibly wrapped), with what to do; None for other failures.
+    Known by class and module name, so neither client is imported here."""
+    from orderedstream.core.errors import KafkaUnavailableError, LocationError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        name, module = type(current).__name__, type(current).__module__
+        text = _first_line(str(current))
+        if module.startswith("botocore") and name in ("NoCredentialsError",
+                                                      "PartialCredentialsError"):
+            error: BaseException = LocationError(
+                f"no usable S3 credentials ({text}): set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, before reading or writing s3:// URLs "
+                "(for the embedded S3, run the 'export AWS_...' line 'orderedstream services' "
+                "prints)")
+        elif module.startswith("botocore") and name in ("EndpointConnectionError",
+                                                        "ConnectTimeoutError"):
+            error = LocationError(
+                f"the S3 endpoint does not answer ({text}): give --s3-endpoint with the S3 "
+                "server's URL (the embedded S3's is printed by 'orderedstream services'); "
+                "without it, s3:// URLs go to AWS")
+        elif (module.startswith(("cimpl", "confluent_kafka")) and name == "KafkaException"
+              and any(code in text for code in _KAFKA_DOWN)):
+            error = KafkaUnavailableError(
+                f"Kafka does not answer ({text}): check --bootstrap-servers and that the "
+                "brokers are up and reachable from here")
+        else:
+            current = current.__cause__ or current.__context__
+            continue
+        error.__cause__ = current
+        return error
+    return None

@@ -7,7 +7,8 @@ new logic against history, query committed state.
   and end state with what was committed. Prints ``identical`` or the differences (a line with
   ``differ``). ``--function MODULE:ATTR`` runs another function (the current directory is on
   the import path). Exit 0 when the replay ran, 2 when it could not (e.g. retention removed
-  the offsets).
+  the offsets). The replayed rows stay in ``--scratch`` (default: a new temp folder, kept
+  after a replay that wrote rows, removed after a failed one).
 - ``state keys|get|history``: key count, one key's value at a committed batch, its history.
 
 S3 credentials come from the standard AWS chain (``AWS_ACCESS_KEY_ID``, ...), never argv.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from typing import Any
 
 from orderedstream.core.errors import OptionError
@@ -105,7 +107,13 @@ def _replay(args: argparse.Namespace) -> int:
             f"replayed {state.replayed_keys})")
         for diff in state.first[:args.show]:
             out(f"  {diff.describe()}")
-    out(f"replayed output: {os.path.join(result.scratch, 'output')}")
+    if not any(b.scratch_file for b in result.batches):
+        out("replayed output: none (no batch had records or a due timeout)")
+    elif args.scratch is None:
+        out(f"replayed output: {os.path.join(result.scratch, 'output')} (a temp folder, kept: "
+            f"delete {result.scratch} when done)")
+    else:
+        out(f"replayed output: {os.path.join(result.scratch, 'output')}")
     out("identical" if result.identical else "replay and committed batch differ")
     return 0
 
@@ -185,8 +193,12 @@ def register(sub: Any) -> None:
                     help="another user function (a class is built with no arguments); "
                          "default: the function the batch recorded, with its parameters")
     rp.add_argument("--scratch", metavar="DIR",
-                    help="directory for the replayed output (Parquet per batch) and the "
-                         "private state copy (default: a new temp directory)")
+                    help="folder for the replayed output (DIR/output, Parquet per batch) and "
+                         "the private state copy; a folder you give is never deleted "
+                         "(default: a new folder "
+                         f"{os.path.join(tempfile.gettempdir(), 'orderedstream-replay-*')}, in "
+                         "$TMPDIR if set, kept after a replay that wrote rows, its path printed "
+                         "at the end; deleted when the replay fails or is refused)")
     rp.add_argument("--key-columns", metavar="COL[,COL...]",
                     help="output columns that group the diff (default: the function's "
                          "output_key_columns, e.g. session, else the state key column)")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 
+from orderedstream.core.errors import OptionError, StateNotFoundError
 from orderedstream.statestore.ordered import OrderedStateful
 from orderedstream.statestore.ordered.state_inspect import StateInspector
 from orderedstream.statestore.ordered.state_source import json_text
@@ -101,6 +102,17 @@ def test_rocksstate_reads_the_ordered_stage_state_of_a_committed_batch(spark, tw
     assert set(latest.values()) == {PER_KEY - 1} and max(first.values()) < PER_KEY - 1
     only_p1 = _read(spark, url, opts, topic=name, partition=1).collect()
     assert {r.partition for r in only_p1} == {1} and 0 < len(only_p1) < KEYS
+    # `orderedstream state` refusals: a partition the output never had, a state URL that is
+    # not this output's (not "damaged state"), a history range backwards
+    with pytest.raises(StateNotFoundError, match=rf"Kafka {name}/9 has no state as of batch 1 "
+                                                 rf".*the partitions it has: {name}/0, {name}/1"):
+        inspector.value(name, 9, b"k1")
+    typo = StateInspector(output=f"{url}/out", state=f"{url}/typo", storage_options=opts)
+    with pytest.raises(StateNotFoundError,
+                       match=f"either {url}/typo is not this output's state location"):
+        typo.value(name, 0, b"k1")
+    with pytest.raises(OptionError, match="the first batch 5 is after the last batch 2"):
+        list(inspector.history(name, 0, b"k1", first=5, last=2))
 
 
 def test_rocksstate_on_ordered_state_refuses_bad_input_reason_first(spark, two_batches, s3,

@@ -18,7 +18,7 @@ from typing import Any
 
 from orderedstream.app.job.figures import FigureTracker
 from orderedstream.app.job.generator import GeneratorOptions, GeneratorStats, generate
-from orderedstream.app.job.monitor import JobMonitor, ProgressView
+from orderedstream.app.job.monitor import JobMonitor, ProgressView, batch_rate
 from orderedstream.app.job.pipeline import (
     JobOptions,
     finish_cleanup,
@@ -37,9 +37,12 @@ class DemoResult:
     output: str
 
 
-def verify_output(processor: Any, opts: JobOptions) -> Verification:
-    """Compare the committed output with what the topics say (independent reference model)."""
-    changes, dead, final = expected_from_topics(read_topics(opts.bootstrap, opts.topic_pattern))
+def verify_output(processor: Any, opts: JobOptions,
+                  progress: Callable[[str], None] | None = None) -> Verification:
+    """Compare the committed output with what the topics say (independent reference model);
+    ``progress`` gets a line every 10 s while the topics are read."""
+    changes, dead, final = expected_from_topics(
+        read_topics(opts.bootstrap, opts.topic_pattern, progress=progress))
     table = processor.table().to_arrow()
     cols = ["kind", "topic", "partition", "offset", "session", "seq", "applied_seq", "op",
             "row", "values"]
@@ -105,11 +108,12 @@ def run_demo(spark: Any, bootstrap: str, storage_options: dict[str, Any], base_u
     view.print(f"[demo] generated {stats.records} records ({stats.bad_records} bad on purpose) "
                f"in {stats.sessions} sessions over {len(stats.topics)} topics; verifying the "
                "output ...")
-    verdict = verify_output(processor, opts)
+    verdict = verify_output(processor, opts, view.print)
     result = processor.last_result
     return DemoResult(stats, verdict, 0 if result is None else result.batch_id + 1,
                       time.monotonic() - began, opts.output)
 
 
 def _final_view(tracker: FigureTracker, elapsed: float) -> dict[str, Any]:
-    return {"figures": tracker.figures, "lag": {}, "rate": 0.0, "elapsed": elapsed}
+    figures = tracker.figures
+    return {"figures": figures, "lag": {}, "rate": batch_rate(figures), "elapsed": elapsed}

@@ -10,11 +10,16 @@ job had applied before it): a row whose two counters differ was applied out of o
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orderedstream.app.job.messages import BadMessage, parse
+
+Record = tuple[str, int, int, bytes | None, bytes | None]
+"""(topic, partition, offset, key, value) of one Kafka record."""
 
 
 @dataclass
@@ -41,41 +46,81 @@ class Verification:
         return {**asdict(self), "ok": self.ok}
 
 
-def read_topics(bootstrap: str, pattern: str, until: dict[tuple[str, int], int] | None = None):
+def read_topics(bootstrap: str, pattern: str, until: dict[tuple[str, int], int] | None = None,
+                *, progress: Callable[[str], None] | None = None,
+                progress_every: float = 10.0) -> Iterator[Record]:
     """Yield (topic, partition, offset, key, value) for every record of topics matching
-    ``pattern``, partition by partition in offset order, up to ``until`` (default: now)."""
-    from confluent_kafka import Consumer, TopicPartition
+    ``pattern``, partition by partition in offset order, up to ``until`` (default: each
+    partition's end offset now). Committed records only (``read_committed``).
+
+    A partition is done as soon as the consumer's position reaches its end offset (the last
+    offsets may be transaction markers, never delivered as records), not after a timeout.
+    ``progress`` gets a line every ``progress_every`` seconds while it reads."""
+    from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "orderedstream-verify",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    meter = _Progress(progress, progress_every)
     try:
         topics = sorted(t for t in consumer.list_topics(timeout=10).topics
                         if re.fullmatch(pattern, t))
         for topic in topics:
             md = consumer.list_topics(topic, timeout=10).topics[topic]
             for partition in sorted(md.partitions):
-                tp = TopicPartition(topic, partition)
-                low, high = consumer.get_watermark_offsets(tp, timeout=10)
-                end = until.get((topic, partition), high) if until else high
-                if end <= low:
-                    continue
-                consumer.assign([TopicPartition(topic, partition, low)])
-                done = False
-                while not done:
-                    batch = consumer.consume(2000, 5.0)
-                    if not batch and consumer.position([tp])[0].offset >= end:
-                        break
-                    for msg in batch:
-                        if msg.error():
-                            continue
-                        if msg.offset() >= end:
-                            done = True
-                            break
-                        yield topic, partition, msg.offset(), msg.key(), msg.value()
-                        if msg.offset() + 1 >= end:
-                            done = True
+                yield from _read_partition(consumer, topic, partition, until, meter)
     finally:
         consumer.close()
+
+
+def _read_partition(consumer: Any, topic: str, partition: int,
+                    until: dict[tuple[str, int], int] | None, meter: _Progress,
+                    ) -> Iterator[Record]:
+    """One partition's records from its first offset up to its end offset (exclusive)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    low, high = consumer.get_watermark_offsets(tp, timeout=10)
+    end = until.get((topic, partition), high) if until else high
+    if end <= low:
+        return
+    consumer.assign([TopicPartition(topic, partition, low)])
+    position = low
+    while position < end:
+        # consume() returns early only once it has num_messages (records and the end-of-
+        # partition event count), else it waits out its timeout: ask for what remains.
+        for msg in consumer.consume(min(2000, end - position), 0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    position = max(position, msg.offset())
+                continue
+            if msg.offset() >= end:
+                position = end
+                break
+            position = msg.offset() + 1
+            meter.records += 1
+            yield topic, partition, msg.offset(), msg.key(), msg.value()
+        # the position moves past transaction markers that no record follows
+        position = max(position, consumer.position([tp])[0].offset)
+        meter.report(topic, partition, position, end)
+    consumer.unassign()
+
+
+class _Progress:
+    """Counts the records read; a line every ``every`` seconds (none if reading is quick)."""
+
+    def __init__(self, out: Callable[[str], None] | None, every: float) -> None:
+        self.out, self.every = out, every
+        self.records = 0
+        self._began = self._last = time.monotonic()
+
+    def report(self, topic: str, partition: int, position: int, end: int) -> None:
+        now = time.monotonic()
+        if self.out is not None and now - self._last >= self.every:
+            self._last = now
+            self.out(f"[verify] {now - self._began:.0f}s: {self.records:,} records read; "
+                     f"{topic}[{partition}] at offset {position:,} of {end:,}")
 
 
 def expected_from_topics(records) -> tuple[dict[tuple[str, int, int], tuple[str, int]],
