@@ -186,7 +186,10 @@ class _StopRequest:
             except Exception:  # noqa: BLE001 - the query may be ending: stop it below
                 pass
         self._stopped = True
-        query.stop()
+        try:
+            query.stop()
+        except Exception as exc:  # noqa: BLE001 - the query ended meanwhile: nothing to stop
+            say(f"[job] the query was already ending ({type(exc).__name__})")
 
 
 def _locations(opts: Any) -> dict[str, str]:
