@@ -330,6 +330,8 @@ def _read(partition: InputPartition, options: OrderedKafkaOptions) -> Iterator[p
     keep_pandas_lazy()  # the batches' Arrow arrays need no pandas (core.pandaslazy)
     if isinstance(partition, KafkaRangesPartition) and options.emit == "ranges":
         return iter([describe(rng, options) for rng in partition.ranges])
+    if type(partition) is InputPartition and partition.value is None:
+        return iter(())  # pyspark's stand-in when a batch read plans no range: no records
     if not isinstance(partition, KafkaInputPartition):
         raise InvariantError(f"orderedkafka was handed an input partition it did not plan: "
                              f"{type(partition).__name__}")

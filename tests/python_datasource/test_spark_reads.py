@@ -176,6 +176,19 @@ def test_batch_read_between_offsets(spark: Any, kafka: Any, topic: Any) -> None:
                   .option("kafka.bootstrap.servers", kafka.bootstrap)
                   .option("subscribe", name).load())
     assert everything.count() == 80
+    # nothing to read (an empty topic, an empty range, both emit modes): no rows, as Spark's
+    # Kafka source gives, not pyspark's stand-in partition refused
+    empty = topic(partitions=1)
+    for emit in ("records", "ranges"):
+        for source, options in ((empty, {}), (name, {
+                "startingOffsets": json.dumps({name: {"0": 7, "1": 3}}),
+                "endingOffsets": json.dumps({name: {"0": 7, "1": 3}})})):
+            reader = (spark.read.format("orderedkafka").option("emit", emit)
+                      .option("kafka.bootstrap.servers", kafka.bootstrap)
+                      .option("subscribe", source))
+            for key, value in options.items():
+                reader = reader.option(key, value)
+            assert reader.load().collect() == [], (emit, source)
 
 
 def test_emit_ranges_describes_each_range_and_reads_the_same_records(spark: Any, kafka: Any,
