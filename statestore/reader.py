@@ -12,9 +12,10 @@ null), ``value`` and ``expires_at_ms``. ``value`` is JSON text of the decoded va
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -51,16 +52,25 @@ class RockStateReadOptions:
         if not url:
             raise OptionError("rocksstate needs option 'location' (the state store's fsspec "
                               "URL, e.g. s3://bucket/state/query1)")
+        unknown = sorted(set(opts) - _known_options())
+        if unknown:
+            hints = [f"{name!r}" + (f" (did you mean {close[0]!r}?)" if (
+                close := difflib.get_close_matches(name, _known_options(), 1)) else "")
+                for name in unknown]
+            raise OptionError(f"rocksstate does not know option {', '.join(hints)}; accepted "
+                              f"(case-insensitive): {', '.join(sorted(_known_options()))}")
         storage: Any = {}
         if opts.get("storage_options"):
-            wrong = ("rocksstate option 'storage_options' must be a JSON object of fsspec "
-                     f"arguments, got {opts['storage_options']!r}")
+            # never the value in the message: it holds S3 keys
+            wrong = "rocksstate option 'storage_options' must be a JSON object of fsspec arguments"
             try:
                 storage = json.loads(opts["storage_options"])
             except ValueError as exc:
-                raise OptionError(wrong) from exc
+                raise OptionError(f"{wrong}, e.g. json.dumps({{'key': ..., 'client_kwargs': "
+                                  f"{{'endpoint_url': ...}}}}); it is not JSON ({exc.args[0]})"
+                                  ) from None
             if not isinstance(storage, dict):
-                raise OptionError(wrong)
+                raise OptionError(f"{wrong}, got a JSON {type(storage).__name__}")
 
         def integer(name: str) -> int | None:
             if opts.get(name) in (None, ""):
@@ -83,6 +93,17 @@ class RockStateReadOptions:
         from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
         return RocksDBStateStore(self.location, self.store_options)
+
+
+_TABLE_OPTIONS = ("table", "batchid", "topic")
+"""The ordered stage's options (``orderedstream.statestore.ordered.state_source``)."""
+
+
+def _known_options() -> set[str]:
+    """Every option ``rocksstate`` takes, lower case (Spark's option names are case-blind)."""
+    store = {f.name.lower() for f in fields(StateStoreOptions) if f.name != "space_codecs"}
+    return {"location", "path", "version", "partition", "space", "storage_options",
+            *_TABLE_OPTIONS, *store}
 
 
 BASE_FIELDS = [pa.field("partition", pa.int32()), pa.field("version", pa.int64()),

@@ -88,3 +88,14 @@ def test_bad_options_name_what_is_wrong(rocksstate: Any, s3: Any, s3_url: str,
         _reader(rocksstate, store, version=7).collect()
     with pytest.raises(Exception, match="version='x': a non-negative integer"):
         _reader(rocksstate, store, version="x").collect()
+    # a misspelled option is refused (it would have read the latest state of every partition)
+    with pytest.raises(Exception, match=r"rocksstate does not know option 'versoin' \(did you "
+                                        r"mean 'version'\?\)"):
+        _reader(rocksstate, store, versoin=0).collect()
+    # storage_options that are not JSON: refused without echoing them (they hold S3 keys)
+    with pytest.raises(Exception) as excinfo:
+        (rocksstate.read.format("rocksstate").option("location", s3_url)
+         .option("storage_options", "{'key': 'AKIA', 'secret': 'TOP-SECRET-VALUE'}").load()
+         .collect())
+    assert "must be a JSON object of fsspec arguments" in str(excinfo.value)
+    assert "TOP-SECRET-VALUE" not in str(excinfo.value)
