@@ -127,9 +127,14 @@ class OrderedOptions:
                               "(a path or fsspec URL), or None")
         if self.columns is not None:
             object.__setattr__(self, "columns", tuple(self.columns))
-        object.__setattr__(self, "storage_options", dict(self.storage_options))
-        object.__setattr__(self, "writer_options", dict(self.writer_options))
-        object.__setattr__(self, "store_options", dict(self.store_options))
+        for name in ("storage_options", "writer_options", "store_options"):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping):
+                raise OptionError(
+                    f"OrderedStateful({name}=...): a dict is required, got a "
+                    f"{type(value).__name__}" + (" (JSON text: pass json.loads(text))"
+                                                  if isinstance(value, str) else ""))
+            object.__setattr__(self, name, dict(value))
 
     def required_columns(self) -> list[str]:
         """Input columns the stage reads: Kafka coordinates, the key, event time, records."""

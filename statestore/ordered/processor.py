@@ -174,8 +174,8 @@ class OrderedStateful:
             output_schema=to_arrow_schema(output_schema), key=key,
             timeout=timeout or NoTimeout(), columns=None if columns is None else tuple(columns),
             max_cached_keys=max_cached_keys, output_batch_rows=output_batch_rows,
-            storage_options=dict(storage_options or {}), query_name=writer_id,
-            writer_options=dict(writer_options or {}), store_options=dict(store_options or {}),
+            storage_options=storage_options or {}, query_name=writer_id,
+            writer_options=writer_options or {}, store_options=store_options or {},
             checkpoint_location=checkpoint_location, placement=placement)
         self.sink = FencedParquetOptions.from_mapping({
             "row_group_rows": DEFAULT_ROW_GROUP_ROWS, **dict(writer_options or {}),

@@ -34,19 +34,19 @@ def as_rows(out: Any) -> list[Any] | str:
     if type(out) is list:
         rows = out
     elif isinstance(out, _NOT_ROW_ITERABLES):
-        return f"a bare {type(out).__name__} {_short(out)} instead of an iterable of rows"
+        return f"a bare {type(out).__name__} {short_repr(out)} instead of an iterable of rows"
     else:
         try:
             rows = list(out)
         except TypeError:
             if not hasattr(out, "__iter__"):  # else the TypeError came from inside a generator
-                return f"{type(out).__name__} {_short(out)}, which is not an iterable of rows"
+                return f"{type(out).__name__} {short_repr(out)}, which is not an iterable of rows"
             raise
     for row in rows:
         if row.__class__ not in ROW_TYPES and not isinstance(row, ROW_BASES):
             what = ("a bare tuple" if isinstance(out, tuple) else
                     f"a {type(out).__name__}")
-            return (f"{what} whose item {_short(row)} ({type(row).__name__}) is not a row "
+            return (f"{what} whose item {short_repr(row)} ({type(row).__name__}) is not a row "
                     f"(a tuple, list or dict)")
     return rows
 
@@ -54,7 +54,7 @@ def as_rows(out: Any) -> list[Any] | str:
 def refuse(problem: str, *, key: Any, where: str) -> UserFunctionError:
     """The error for a call whose result ``as_rows`` refused."""
     return UserFunctionError(
-        f"the ordered user function returned {problem} for key {_short(key)} at {where}: "
+        f"the ordered user function returned {problem} for key {short_repr(key)} at {where}: "
         f"{ACCEPTED}. Nothing of this batch was committed")
 
 
@@ -64,6 +64,8 @@ def to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     cause: Exception | None = None
     try:
         first = rows[0]
+        if isinstance(first, dict):
+            _check_field_names(rows, schema)
         if isinstance(first, (tuple, dict)):
             # Tuples and dicts convert to a struct array in one C++ pass (from_pylist
             # gathers each column in Python first: 1.5 vs 1.1 us per row of the main
@@ -91,13 +93,59 @@ def to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
                 [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
                 schema=schema)
     except (ValueError, TypeError, pa.ArrowException) as exc:
-        problem, cause = str(exc), exc
+        problem, cause = _field_problem(rows, schema) or str(exc), exc
     raise UserFunctionError(
         f"the ordered user function returned rows that do not fit output_schema "
-        f"{schema} ({problem}); return tuples in schema order or dicts by field name"
-    ) from cause
+        f"({_schema_text(schema)}): {problem}; return tuples in schema order or dicts by "
+        "field name") from cause
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def _check_field_names(rows: list[Any], schema: pa.Schema) -> None:
+    """Dict rows name only fields of ``schema``: a misspelled name would otherwise be
+    dropped and its field committed as null."""
+    names = frozenset(schema.names)
+    if all(map(names.issuperset, rows)):  # the common case: 0.12 us a row, in C
+        return
+    for row in rows:
+        if isinstance(row, dict) and not row.keys() <= names:
+            unknown = sorted(map(str, set(row) - names))
+            raise UserFunctionError(
+                f"the ordered user function returned a dict row with field(s) "
+                f"{', '.join(repr(u) for u in unknown)} that output_schema "
+                f"({_schema_text(schema)}) does not have, in {short_repr(row)}; a dict row names "
+                "output_schema's fields (a field left out is null)")
+
+
+def _field_problem(rows: list[Any], schema: pa.Schema) -> str | None:
+    """The first field whose values do not convert to its type, named with the value's
+    problem (for the error message; only after a conversion failed)."""
+    for index, f in enumerate(schema):
+        try:
+            values = [row.get(f.name) if isinstance(row, dict) else row[index] for row in rows]
+        except (IndexError, TypeError, KeyError):
+            return None  # rows of the wrong length: the caller's message says so
+        try:
+            pa.array(values, type=f.type)
+        except (ValueError, TypeError, pa.ArrowException) as exc:
+            bad = next((v for v in values if not _fits(v, f.type)), None)
+            return (f"field {f.name!r} ({f.type}) got {short_repr(bad)} "
+                    f"({type(bad).__name__}): {exc}")
+    return None
+
+
+def _fits(value: Any, type_: pa.DataType) -> bool:
+    try:
+        pa.array([value], type=type_)
+    except (ValueError, TypeError, pa.ArrowException):
+        return False
+    return True
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (keys and values in error messages)."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."

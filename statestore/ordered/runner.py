@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orderedstream.core.errors import OptionError, OrderViolationError
+from orderedstream.core.errors import USER_FUNCTION_NOTE, OptionError, OrderViolationError
 from orderedstream.core.pandaslazy import keep_pandas_lazy
 from orderedstream.python_datasource.client_config import KafkaSecrets
 from orderedstream.python_datasource.ranges import described, is_range_columns
@@ -61,7 +61,7 @@ from orderedstream.statestore.ordered.plan import (
     split_partition_id,
 )
 from orderedstream.statestore.ordered.records import RecordDecoder
-from orderedstream.statestore.ordered.rows import as_rows, refuse, to_batch
+from orderedstream.statestore.ordered.rows import as_rows, refuse, short_repr, to_batch
 from orderedstream.statestore.ordered.state_access import open_partition
 from orderedstream.statestore.ordered.timeouts import EventTimeTimeout, ProcessingTimeTimeout
 
@@ -183,8 +183,9 @@ class PartitionRun:
                     if out is not None:
                         out = as_rows(out)  # a list of rows, or what is wrong with the result
                 except Exception as exc:
-                    exc.add_note(f"in the ordered user function at Kafka {self.pid} offset "
-                                 f"{offsets[index].as_py()} (batch {self.plan.batch_id})")
+                    exc.add_note(f"{USER_FUNCTION_NOTE} at Kafka {self.pid} offset "
+                                 f"{offsets[index].as_py()}, key {short_repr(key)} (batch "
+                                 f"{self.plan.batch_id})")
                     raise
                 if out is not None:
                     if out.__class__ is str:
@@ -218,8 +219,9 @@ class PartitionRun:
                     if out is not None:
                         out = as_rows(out)
                 except Exception as exc:
-                    exc.add_note(f"in the ordered user function's timeout call for key "
-                                 f"{key!r} of Kafka {self.pid} (batch {self.plan.batch_id})")
+                    exc.add_note(f"{USER_FUNCTION_NOTE}'s timeout call for key "
+                                 f"{short_repr(key)} of Kafka {self.pid} (batch "
+                                 f"{self.plan.batch_id})")
                     raise
                 if out is not None:
                     if out.__class__ is str:

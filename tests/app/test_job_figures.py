@@ -132,6 +132,24 @@ def test_orderedstateful_failure_on_an_executor_raises_the_pack_error_first(
     assert spark_error is not None and info.value.__context__ is spark_error
     assert any(n.startswith("Spark's report:") for n in info.value.__notes__)
 
+    # an exception the user's function raises: its type, message, Kafka partition, offset
+    # and key come first (its type does not cross Spark; the report follows)
+    def raises(key, record, state):
+        if record["offset"] == 1:
+            raise ValueError("boom in user code")
+        return [(key.decode(), "ok")]
+
+    raising = OrderedStateful(raises, state_location=s3.url(unique("raisestate")),
+                              output=str(tmp_path / "out2"),
+                              output_schema="key string, status string",
+                              storage_options=s3.storage_options, placement="off")
+    with pytest.raises(UserFunctionError) as info:
+        raising.process_batch(batch, 0)
+    assert str(info.value).startswith(
+        f"ValueError: boom in user code (raised in the ordered user function at Kafka "
+        f"{name}/0 offset 1, key b'k1' (batch 0)) (in batch 0's ordered stage"), \
+        str(info.value)[:600]
+
 
 def test_orderedkafka_options_fail_at_load_with_the_pack_reason(spark, kafka) -> None:
     with pytest.raises(Exception) as info:

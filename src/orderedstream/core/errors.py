@@ -167,6 +167,29 @@ def error_summary(exc: BaseException) -> str | None:
     return f"{type(found).__name__}: {lines[0] if lines else ''}"
 
 
+USER_FUNCTION_NOTE = "in the ordered user function"
+"""How the note added to an exception the user's function raised begins (executor side):
+``... at Kafka t/0 offset 7, key b'k' (batch 3)`` or ``...'s timeout call for key ...``."""
+
+
+def user_function_error_in(exc: BaseException) -> str | None:
+    """``<Type>: <message> (raised in the ordered user function at Kafka ...)`` for an error
+    the user's function raised on an executor, found in the worker's trace that Spark quotes
+    (the exception line, then the note the stage added); None when there is none. The
+    exception's own type does not cross Spark, its name and message do."""
+    note = re.compile(r"^" + re.escape(USER_FUNCTION_NOTE) + r"(.*)$", re.MULTILINE)
+    found = None
+    for text in _exception_texts(exc):
+        for match in note.finditer(text):
+            lines = text[:match.start()].rstrip("\n").splitlines()
+            message: list[str] = []
+            while lines and lines[-1] and not lines[-1].startswith((" ", "Traceback")):
+                message.insert(0, lines.pop())
+            if message:
+                found = f"{message[0]} (raised {USER_FUNCTION_NOTE}{match.group(1).rstrip()})"
+    return found
+
+
 def reason_first(exc: BaseException, where: str) -> BaseException:
     """What to raise for a failure of Spark work that ran the pack's code: the pack's error
     (same class, its message first, ``where`` added) when ``exc`` carries one, so Spark's
@@ -176,7 +199,9 @@ def reason_first(exc: BaseException, where: str) -> BaseException:
         return exc
     found = pack_error_in(exc)
     if found is None:
-        return exc
+        raised = user_function_error_in(exc)
+        return exc if raised is None else UserFunctionError(
+            f"{raised} ({where}; Spark's report follows)")
     text = found.args[0] if isinstance(found, KeyError) and found.args else str(found)
     return type(found)(f"{text} ({where}; Spark's report follows)")
 

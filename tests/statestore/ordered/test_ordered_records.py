@@ -111,12 +111,26 @@ def test_output_rows_become_batches_of_the_output_schema() -> None:
         assert batch.equals(expected) and batch.schema.metadata == {b"m": b"1"}
 
 
-def test_dict_rows_take_missing_fields_as_null_and_ignore_unknown_ones() -> None:
-    rows = [{"key": b"a", "n": 1, "other": 5}, {"n": 2}]
+def test_dict_rows_take_missing_fields_as_null_and_refuse_unknown_ones() -> None:
+    rows = [{"key": b"a", "n": 1}, {"n": 2}]
     batch = PartitionRun._to_batch(rows, OUT)
     assert batch.equals(pa.RecordBatch.from_pylist(rows, schema=OUT))
     assert batch.to_pylist() == [{"key": b"a", "n": 1, "at": None},
                                  {"key": None, "n": 2, "at": None}]
+    # a misspelled field name would be dropped and its field committed as null: refused
+    with pytest.raises(UserFunctionError, match=r"^the ordered user function returned a dict "
+                                                r"row with field\(s\) 'm' that output_schema "
+                                                r"\(key binary, n int64, at timestamp"):
+        PartitionRun._to_batch([{"key": b"a", "n": 1}, {"key": b"b", "m": 2}], OUT)
+
+
+def test_a_value_of_the_wrong_type_is_named_by_its_field() -> None:
+    for rows in ([(b"a", "x", None)], [{"key": b"a", "n": "x"}]):
+        with pytest.raises(UserFunctionError) as info:
+            PartitionRun._to_batch(rows, OUT)
+        first = str(info.value).splitlines()[0]
+        assert "output_schema (key binary, n int64, at timestamp[us, tz=UTC]): field 'n' " \
+               "(int64) got 'x' (str)" in first, first
 
 
 @pytest.mark.parametrize("rows", [[(b"a", 1)], [(b"a", 1, None, 4)], [(b"a", "x", None)],

@@ -85,6 +85,10 @@ def test_options_are_validated_once_with_clear_errors(
                                output_schema=OUT).options
     assert (relative.state_location, relative.output) == (f"{tmp_path}/rel/state",
                                                           f"{tmp_path}/out")
+    with pytest.raises(OptionError, match=r"storage_options=...\): a dict is required, got a "
+                                          r"str \(JSON text: pass json.loads\(text\)\)"):
+        OrderedStateful(count, state_location=f"file://{tmp_path}/s",
+                        storage_options='{"anon": true}', **common)  # type: ignore[arg-type]
     with pytest.raises(OptionError, match="must differ"):
         OrderedStateful(count, state_location=f"file://{tmp_path}/o", **common)
     with pytest.raises(OptionError, match="max_cached_keys"):
@@ -181,4 +185,4 @@ def test_user_errors_keep_their_type_and_name_the_record(tmp_path: Any) -> None:
                            store_options={"local_dir": str(tmp_path / "local")})
     with pytest.raises(ZeroDivisionError) as info:
         run(proc, BatchPlan(3, 1), records("t", 0, list(range(10))))
-    assert "Kafka t/0 offset 7 (batch 3)" in "".join(info.value.__notes__)
+    assert "Kafka t/0 offset 7, key b'k2' (batch 3)" in "".join(info.value.__notes__)
