@@ -24,6 +24,9 @@ from typing import Any
 
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 """Signals to this process that go to the forked process it stands for."""
+_WORD_WAIT_S = 10.0
+"""How long an ended process's exit code may take to come from the server (which is alive:
+a server that ends closes the connection, which ends the wait at once)."""
 _LENGTH = struct.Struct("!I")
 _INT = struct.Struct("!i")
 
@@ -63,8 +66,11 @@ def _wait_exit(conn: socket.socket, pid: int) -> int:
                 return code
             watched.remove(conn)  # the server stopped: wait for the process itself
         if pidfd is not None and pidfd in ready:
-            if conn in watched and select.select([conn], [], [], 1.0)[0]:
-                code = _receive_int(conn)  # ended: the server's word comes at once
+            # Ended: the server's word follows once it has reaped the process (a SIGCHLD away,
+            # but seconds on a loaded machine: a 1 s wait here gave 0 for a killed process),
+            # or the connection closes if the server ended meanwhile.
+            if conn in watched and select.select([conn], [], [], _WORD_WAIT_S)[0]:
+                code = _receive_int(conn)
                 return 0 if code is None else code
             return 0
         if pidfd is None and conn not in watched and not _alive(pid):
@@ -136,6 +142,9 @@ def reap(parent: int, folder: str, pairs: list[str]) -> int:
     except (AttributeError, OSError):
         parent_fd = None
     watched = [wake_r] if parent_fd is None else [wake_r, parent_fd]
+    # A process that ended while the server turned into this (its SIGCHLD came before the
+    # handler above) has no signal left to wake the loop: reap what has ended already.
+    report_exits(conns)
     while os.getppid() == parent:
         try:
             ready, _, _ = select.select(watched, [], [], 1.0 if parent_fd is None else None)
