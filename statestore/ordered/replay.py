@@ -219,10 +219,10 @@ def replay(*, output: str, state: str, checkpoint: str, topic: str, partition: i
     storage = dict(storage_options or {})
     log = _batch_log(output, storage)
     first_record = _record(log, first, output)
-    _section(first_record, first, output)
+    first_section = _section(first_record, first, output)  # checked before a folder is made
     run = functools.partial(
-        _replay, log, first_record, output=output, state=state, checkpoint=checkpoint,
-        topic=topic, partition=partition, first=first, last=last,
+        _replay, log, first_record, first_section, output=output, state=state,
+        checkpoint=checkpoint, topic=topic, partition=partition, first=first, last=last,
         bootstrap_servers=bootstrap_servers, function=function, storage=storage,
         kafka_options=kafka_options, key_columns=key_columns)
     if scratch is not None:
@@ -238,7 +238,8 @@ def replay(*, output: str, state: str, checkpoint: str, topic: str, partition: i
     return result
 
 
-def _replay(log: Any, first_record: CommitRecord, *, scratch: str, output: str, state: str,
+def _replay(log: Any, first_record: CommitRecord, first_section: dict[str, Any], *,
+            scratch: str, output: str, state: str,
             checkpoint: str, topic: str, partition: int, first: int, last: int,
             bootstrap_servers: str,
             function: str | Callable[..., Any] | None, storage: dict[str, Any],
@@ -246,7 +247,6 @@ def _replay(log: Any, first_record: CommitRecord, *, scratch: str, output: str, 
             key_columns: list[str] | tuple[str, ...] | None) -> ReplayResult:
     """:func:`replay` into the folder ``scratch``."""
     pid = partition_id(topic, partition)
-    first_section = _section(first_record, first, output)
     replay_info = first_section.get("replay") or {}
     local_dir = os.path.join(scratch, f"state-copy-{uuid.uuid4().hex[:8]}")
     options = _options(first_record, first_section, state=state, output=output,
