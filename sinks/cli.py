@@ -130,10 +130,24 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grace_seconds(args: argparse.Namespace) -> float:
+    """``--grace-seconds``, or ``--retention-hours`` (the ``table vacuum`` name) in seconds."""
+    if args.retention_hours is not None:
+        seconds = float(args.retention_hours) * 3600.0
+        given = f"--retention-hours {args.retention_hours:g}"
+    elif args.grace_seconds is not None:
+        seconds, given = float(args.grace_seconds), f"--grace-seconds {args.grace_seconds:g}"
+    else:
+        return 24 * 3600.0
+    if not seconds >= 0:
+        raise OptionError(f"{given} is negative: give 0 or more (files younger than it are kept)")
+    return seconds
+
+
 def _vacuum(args: argparse.Namespace) -> int:
     from orderedstream.sinks.maintenance import vacuum
 
-    result = vacuum(args.url, _fenced_table(args), grace_seconds=args.grace_seconds,
+    result = vacuum(args.url, _fenced_table(args), grace_seconds=_grace_seconds(args),
                     dry_run=args.dry_run)
     for path in result.deleted:
         print(("would delete " if args.dry_run else "deleted ") + path)
@@ -165,16 +179,21 @@ def _add_commands(parser: argparse.ArgumentParser) -> None:
                          help="S3-compatible endpoint URL (path-style); credentials from "
                               "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
         if command == "compact":
-            cmd.add_argument("--target-file-size", default="128MB",
-                             help="size of the rewritten files, e.g. 64MB (default: 128MB)")
+            cmd.add_argument("--target-file-size", "--target-size", dest="target_file_size",
+                             default="128MB",
+                             help="size of the rewritten files, e.g. 64MB (default: 128MB; "
+                                  "--target-size, as 'table compact' names it, is the same)")
             cmd.add_argument("--min-files", type=int, default=2,
                              help="rewrite a folder only from this many small files (default: 2)")
             cmd.add_argument("--metadata-compact-interval", type=int, default=10,
                              help="_spark_metadata compaction interval, in versions (default: 10)")
         if command == "vacuum":
-            cmd.add_argument("--grace-seconds", type=float, default=24 * 3600,
-                             help="delete only files older than this, in seconds (default: "
-                                  "86400, one day)")
+            grace = cmd.add_mutually_exclusive_group()
+            grace.add_argument("--grace-seconds", type=float, default=None,
+                               help="delete only files older than this, in seconds (default: "
+                                    "86400, one day)")
+            grace.add_argument("--retention-hours", type=float, default=None,
+                               help="the same in hours, as 'table vacuum' takes it")
             cmd.add_argument("--dry-run", action="store_true",
                              help="list what would be deleted, delete nothing")
         cmd.set_defaults(func=func)

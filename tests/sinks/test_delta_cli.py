@@ -56,7 +56,7 @@ def test_table_cli_history_compact_vacuum_verify(target, request: Any) -> None:
     assert report["rows"] == 400 and report["problems"] == []
     assert report["writers"] == {"cli": {"batches": 4, "latest": 3}}
     assert report["unreferenced_files"] == 2  # the crashed attempt's two partition files
-    compacted = cli("compact", url, "--target-size", "64MB", *extra, env=env)
+    compacted = cli("compact", url, "--target-file-size", "64MB", *extra, env=env)
     assert compacted.returncode == 0, compacted.stderr
     assert json.loads(compacted.stdout)["files_removed"] == 8
     table = DeltaTable(url, storage_options=delta_storage_options(url, opts))

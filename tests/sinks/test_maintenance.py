@@ -131,9 +131,12 @@ def test_cli_lists_batches_and_verifies(s3_table, s3) -> None:
     files = run("files")
     assert files.stdout.splitlines()[-1] == "4 files, 400 rows, version 1"
     assert run("verify").stdout.strip() == "OK"
-    compacted = run("compact")
+    compacted = run("compact", "--target-size", "128MB")  # 'table compact''s name for it
     assert "compacted 4 files into 2 (400 rows)" in compacted.stdout, compacted.stderr
-    assert "0 file(s) deleted" in run("vacuum").stdout
+    assert "0 file(s) deleted" in run("vacuum", "--retention-hours", "1").stdout
+    negative = run("vacuum", "--grace-seconds", "-1")
+    assert negative.returncode == 2
+    assert "OptionError: --grace-seconds -1 is negative" in negative.stderr
 
 
 def test_checkpoints_and_spark_log_expiry_keep_views_equal(target) -> None:

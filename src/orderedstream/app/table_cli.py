@@ -152,9 +152,11 @@ def register(sub: Any) -> None:
                          help="number of latest versions to list (default: 50)")
     compact = add("compact", _compact, "rewrite small files into larger ones (no data change), "
                                        "retrying conflicts with streaming commits")
-    compact.add_argument("--target-size", default="128MB",
+    compact.add_argument("--target-size", "--target-file-size", dest="target_size",
+                         default="128MB",
                          help="target file size in bytes, or with a unit such as 256MB "
-                              "(default: 128MB)")
+                              "(default: 128MB; --target-file-size, as 'sink compact' names "
+                              "it, is the same)")
     compact.add_argument("--retries", type=int, default=10,
                          help="attempts when a streaming commit conflicts (default: 10)")
     vacuum = add("vacuum", _vacuum, "delete files no retained version references and files of "
