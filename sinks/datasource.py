@@ -38,6 +38,8 @@ from pyspark.sql.types import StructType
 from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import FencedError
+from orderedstream.core.location import check_location, io_failures_named
+from orderedstream.core.worker_errors import reason_first_in_worker
 from orderedstream.core.workerheap import freeze_worker_heap
 from orderedstream.sinks.commit import check_schema, committed_batch, publish_batch
 from orderedstream.sinks.options import FencedParquetOptions
@@ -74,9 +76,11 @@ class FencedParquetDataSource(DataSource):
     def name(cls) -> str:
         return "fencedparquet"
 
+    @reason_first_in_worker
     def streamWriter(self, schema: StructType, overwrite: bool) -> FencedParquetStreamWriter:
-        """Driver (planning, and again in each commit process). Refuses an incompatible schema
-        before any task writes a file."""
+        """Driver (planning, and again in each commit process). Refuses an incompatible schema,
+        and an output location it cannot read or (before the first commit) write, before any
+        task writes a file."""
         return FencedParquetStreamWriter(self.parsed, schema, self.identity)
 
 
@@ -88,8 +92,12 @@ class FencedParquetStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
         self.identity = identity
         self.arrow_schema = spark_to_arrow(schema)
-        self.table_schema = check_schema(CommitLog(options.path, options.storage_options),
-                                         options, self.arrow_schema)
+        where = "fencedparquet output"
+        with io_failures_named(options.path, where):  # a bad path: its URL named, reason first
+            commit_log = CommitLog(options.path, options.storage_options)
+            self.table_schema = check_schema(commit_log, options, self.arrow_schema)
+            if commit_log.latest_version() is None:  # not committed to yet: can it be?
+                check_location(options.path, where, options.storage_options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FencedCommitMessage:
         """Executor: take the writer epoch if another writer holds it (that writer's next

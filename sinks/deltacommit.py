@@ -134,6 +134,11 @@ class DeltaCommitter:
             self._table.update_incremental()
         return self._table
 
+    @property
+    def has_table(self) -> bool:
+        """Whether the last look (``table``) found a table: False before the first commit."""
+        return self._table is not None
+
     def table_schema(self) -> pa.Schema | None:
         table = self.table()
         return None if table is None else pa.schema(table.schema().to_arrow())

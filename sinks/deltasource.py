@@ -46,6 +46,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from pyspark.sql.types import StructType
 
 from orderedstream.core.datafile import DataFile
+from orderedstream.core.location import check_location, io_failures_named
+from orderedstream.core.worker_errors import reason_first_in_worker
 from orderedstream.core.workerheap import freeze_worker_heap
 from orderedstream.sinks.deltacommit import (
     DeltaCommitter,
@@ -97,6 +99,7 @@ class FencedDeltaDataSource(DataSource):
     def name(cls) -> str:
         return "fenceddelta"
 
+    @reason_first_in_worker
     def streamWriter(self, schema: StructType, overwrite: bool) -> FencedDeltaStreamWriter:
         return FencedDeltaStreamWriter(self.parsed, schema)
 
@@ -109,8 +112,12 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
         self.arrow_schema = spark_to_arrow(schema)
         self._committer: DeltaCommitter | None = _shared_committer(options)
+        where = "fenceddelta output"
         try:
-            self.table_schema = self._committer.check_schema(self.arrow_schema)
+            with io_failures_named(options.path, where):  # a bad path: named, reason first
+                self.table_schema = self._committer.check_schema(self.arrow_schema)
+                if not self._committer.has_table:  # not committed to yet: can it be?
+                    check_location(options.path, where, options.storage_options)
         except BaseException:
             _forget(options)
             raise

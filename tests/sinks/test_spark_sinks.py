@@ -279,3 +279,29 @@ def test_escaped_partition_values_read_back_in_spark_and_pyarrow(spark, tmp_path
         == expected
     assert [tuple(r.values()) for r in FencedTable(url).to_arrow().sort_by("id").to_pylist()] \
         == expected
+
+
+@pytest.mark.parametrize("sink", ["fencedparquet", "fenceddelta"])
+def test_an_unwritable_output_is_named_first_before_any_task(spark, s3, sink, tmp_path):
+    """A path under a regular file, a bucket that does not exist: the query fails as it
+    starts, the sink's LocationError naming the URL within Spark's first 400 characters."""
+    from orderedstream.sinks.deltasource import FencedDeltaDataSource
+
+    spark.dataSource.register(FencedParquetDataSource)
+    spark.dataSource.register(FencedDeltaDataSource)
+    source = make_input(tmp_path / "in", 1)
+    (tmp_path / "a-file").write_text("not a folder")
+    missing_bucket = f"s3://no-such-bucket-{os.getpid()}/{sink}"
+    for url, opts, cause in [(str(tmp_path / "a-file" / "out"), {}, "NotADirectoryError"),
+                             (missing_bucket, s3.storage_options, "")]:
+        query = (stream(spark, source).writeStream.format(sink).option("path", url)
+                 .option("storageOptions", json.dumps(opts))
+                 .option("checkpointLocation", str(tmp_path / f"ck-{len(cause)}"))
+                 .trigger(availableNow=True).start())
+        with pytest.raises(Exception) as failed:
+            query.awaitTermination(120)
+        text = str(failed.value)
+        expected = f"LocationError: {sink} output location '{url}' is not writable ({cause}"
+        assert expected in text, text[:2000]
+        assert text.index(expected) < 400, text[:2000]
+    assert (tmp_path / "a-file").read_text() == "not a folder"

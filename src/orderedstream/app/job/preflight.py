@@ -1,60 +1,22 @@
 """Checks made before the job's first batch processes a record (driver side).
 
 Every location the job writes (output table, state, Spark checkpoint) gets a probe object
-written, read back and deleted: a missing bucket, denied access or an unreachable endpoint
-fails here with the URL named, not after a batch's records were processed. Kafka is asked for
-its metadata once, with the same bounded wait, so an unreachable broker fails before Spark
-starts. Options that Spark would only parse later (trigger interval, idle timeout) are parsed
-here too.
+written, read back and deleted (``orderedstream.core.location``): a missing bucket, denied
+access or an unreachable endpoint fails here with the URL named, not after a batch's records
+were processed. Kafka is asked for its metadata once, with the same bounded wait, so an
+unreachable broker fails before Spark starts. Options that Spark would only parse later
+(trigger interval, idle timeout) are parsed here too.
 """
 
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from orderedstream.core.errors import KafkaUnavailableError, LocationError, OptionError
-from orderedstream.core.storage import is_local
+from orderedstream.core.errors import KafkaUnavailableError, OptionError
+from orderedstream.core.location import check_location
 from orderedstream.core.units import parse_duration_ms
-
-_PROBE = "_orderedstream_probe"
-
-
-def check_location(url: str, what: str, storage_options: Mapping[str, Any] | None = None,
-                   ) -> None:
-    """Write, read back and delete a small object under ``url``; LocationError naming the URL
-    and the cause when any of it fails."""
-    import fsspec
-
-    try:
-        fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
-    except Exception as exc:  # noqa: BLE001 - reported with the URL
-        raise LocationError(f"{what} location {url!r} cannot be opened: {type(exc).__name__}: "
-                            f"{exc}. Give a local path or an fsspec URL (s3://bucket/prefix) "
-                            "the job can write") from exc
-    probe = f"{root.rstrip('/')}/{_PROBE}-{uuid.uuid4().hex[:12]}"
-    local = is_local(fs)
-    try:
-        if local:
-            fs.makedirs(root, exist_ok=True)
-        fs.pipe_file(probe, b"orderedstream location check")
-        if fs.cat_file(probe) != b"orderedstream location check":
-            raise OSError("the probe object read back differs from what was written")
-        fs.rm_file(probe)
-    except Exception as exc:  # noqa: BLE001 - reported with the URL
-        hint = ("Check that the folder can be created and written by this user" if local
-                else "Check that the bucket exists, the credentials (AWS_ACCESS_KEY_ID / "
-                     "AWS_PROFILE) may write under it, and --s3-endpoint points at the right "
-                     "server")
-        raise LocationError(f"{what} location {url!r} is not writable ({type(exc).__name__}: "
-                            f"{_short(exc)}). {hint}") from exc
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else "(no message)"
 
 
 def check_kafka(bootstrap: str, pattern: str, timeout: float = 15.0) -> list[str]:

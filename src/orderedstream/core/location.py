@@ -1,0 +1,87 @@
+"""Is a location writable? A probe object written, read back and deleted under a URL.
+
+Used wherever the pack is about to write somewhere for the first time (the main job's
+locations before Spark starts, a sink's table before its first commit): a missing bucket,
+denied access, an unreachable endpoint or a path under a regular file fails there with
+``LocationError`` naming the URL, instead of deep in a task's traceback after records were
+processed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from orderedstream.core.errors import LocationError, OrderedStreamError
+from orderedstream.core.storage import is_local
+
+_PROBE = "_orderedstream_probe"
+_DATA = b"orderedstream location check"
+
+
+def check_location(url: str, what: str, storage_options: Mapping[str, Any] | None = None,
+                   ) -> None:
+    """Write, read back and delete a small object under ``url``; ``LocationError`` naming
+    ``what`` (e.g. "output"), the URL and the cause when any of it fails."""
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    except Exception as exc:  # noqa: BLE001 - reported with the URL
+        raise LocationError(f"{what} location {url!r} cannot be opened: {type(exc).__name__}: "
+                            f"{exc}. Give a local path or an fsspec URL (s3://bucket/prefix) "
+                            "the job can write") from exc
+    probe = f"{root.rstrip('/')}/{_PROBE}-{uuid.uuid4().hex[:12]}"
+    local = is_local(fs)
+    try:
+        if local:
+            fs.makedirs(root, exist_ok=True)
+        fs.pipe_file(probe, _DATA)
+        if fs.cat_file(probe) != _DATA:
+            raise OSError("the probe object read back differs from what was written")
+        fs.rm_file(probe)
+    except Exception as exc:  # noqa: BLE001 - reported with the URL
+        raise location_error(exc, url, what, local=local) from exc
+
+
+def location_error(exc: BaseException, url: str, what: str, *, local: bool | None = None,
+                   ) -> LocationError:
+    """``LocationError`` for an I/O failure ``exc`` met at ``url``: the cause in one line, then
+    what to check (for a local path, or for S3)."""
+    if local is None:
+        local = "://" not in url or url.startswith("file://")
+    hint = ("Check that the folder can be created and written by this user (no regular file "
+            "on the path)" if local
+            else "Check that the bucket exists, the credentials (AWS_ACCESS_KEY_ID / "
+                 "AWS_PROFILE) may write under it, and the S3 endpoint points at the right "
+                 "server")
+    return LocationError(f"{what} location {url!r} is not writable ({type(exc).__name__}: "
+                         f"{_short(exc)}). {hint}")
+
+
+#: Modules of the S3 clients whose exceptions are I/O failures, not all of them OSError.
+_IO_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs")
+
+
+@contextlib.contextmanager
+def io_failures_named(url: str, what: str) -> Iterator[None]:
+    """Turn I/O failures at ``url`` inside the block (``OSError``, the S3 client's errors)
+    into ``location_error``; the pack's own errors and other exceptions pass unchanged."""
+    try:
+        yield
+    except OrderedStreamError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, OSError) or type(exc).__module__.startswith(_IO_MODULES):
+            raise location_error(exc, url, what) from exc
+        raise
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else "(no message)"
+
+
+__all__ = ["check_location", "io_failures_named", "location_error"]
