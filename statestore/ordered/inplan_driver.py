@@ -90,6 +90,7 @@ def commit_stage(processor: Any, batch_df: Any, batch_id: int) -> BatchResult:
             "it commits the rows of OrderedStateful.apply(df) (write that DataFrame with "
             ".writeStream.foreachBatch(stage.commit_batch)); for the source's own rows use "
             "foreachBatch(stage.process_batch)")
+    processor.check_locations()
     options = processor.options
     delta = processor._delta
     if delta is not None:  # a replay is skipped only with the committed Kafka ranges

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from orderedstream.core.errors import OptionError
+from orderedstream.core.location import check_location
 from orderedstream.sinks.schema import spark_to_arrow
 from orderedstream.statestore.ordered.placement import PLACEMENT_MODES
 from orderedstream.statestore.ordered.timeouts import (
@@ -155,3 +156,11 @@ class OrderedOptions:
                 f"the ordered stage needs input columns {missing}, the batch has {names}. "
                 "Feed it the orderedkafka source's rows (topic, partition, offset, key, ...) "
                 "or set key=/columns=/EventTimeTimeout(column=) to existing columns")
+
+    def check_locations(self) -> None:
+        """State and output locations can be written: LocationError naming the URL (a missing
+        bucket, denied access, a regular file on the path) before a batch reads a record."""
+        for what, url in (("ordered state", self.state_location), ("ordered output",
+                                                                     self.output)):
+            remote = "://" in url and not url.startswith("file://")
+            check_location(url, what, self.storage_options if remote else None)

@@ -200,6 +200,7 @@ class OrderedStateful:
         self._log: CommitLog | DeltaBatchLog | None = None
         self._cleanups = StateCleanups(self._new_retention, location=self.options.state_location)
         self._epoch: Epoch | None = None
+        self._locations_checked = False
         # This run's writer id (the epoch claimed under it at the first batch fences older runs).
         self._writer_id = f"{self.options.query_name}-{uuid.uuid4().hex[:8]}"
         self.last_result: BatchResult | None = None
@@ -319,7 +320,15 @@ class OrderedStateful:
             log_failure(_log, exc)
             raise
 
+    def check_locations(self) -> None:
+        """Once per instance, before its first batch: the state and output locations can be
+        written (``OrderedOptions.check_locations``)."""
+        if not self._locations_checked:
+            self.options.check_locations()
+            self._locations_checked = True
+
     def _process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
+        self.check_locations()
         ranges = is_range_columns(batch_df.columns)  # orderedkafka emit=ranges: tasks read
         planned = frame_offsets(batch_df) if self._delta is not None and ranges else None
         if self._delta is not None:  # replay only with equal offsets; schema (sinks.deltacommit)

@@ -291,3 +291,29 @@ def test_streaming_query_on_orderedkafka_with_a_restart(spark, kafka, topic, s3,
     for partition in range(3):
         final.update(second.read_state(name, partition))
     assert final == {f"k{i}".encode(): per_key - 1 for i in range(keys)}
+
+
+@pytest.mark.parametrize("which", ["state", "output"])
+def test_an_unwritable_location_is_named_before_a_record_is_read(spark, kafka, topic, s3,
+                                                                  s3_url, tmp_path,
+                                                                  which) -> None:
+    """A state or output location in a bucket that does not exist: LocationError naming it,
+    raised by the batch before its stage runs (it used to surface from a task's state upload,
+    deep in Spark's trace, or as a bare OSError of the epoch claim)."""
+    from orderedstream.core.errors import LocationError
+
+    name = topic(partitions=2)
+    ends = _produce_sequences(kafka, name, keys=5, per_key=2)
+    bad = f"s3://no-such-bucket-{time.time_ns()}/{which}"
+    proc = OrderedStateful(
+        check_order, state_location=bad if which == "state" else f"{s3_url}/state",
+        output=bad if which == "output" else f"{s3_url}/out", output_schema=ORDER_SCHEMA,
+        storage_options=s3.storage_options, store_options={"local_dir": str(tmp_path / "l")})
+    frame = kafka_batch(spark, kafka.bootstrap, name, {p: (0, e) for p, e in ends.items()})
+    jobs_before = len(spark.sparkContext.statusTracker().getJobIdsForGroup())
+    with pytest.raises(LocationError, match=f"ordered {which} location '{bad}' is not "
+                                            "writable .*Check that the bucket exists"):
+        proc.process_batch(frame, 0)
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup()) == jobs_before
+    if which == "state":
+        assert proc.log.latest() is None  # nothing committed to the (writable) output
