@@ -3,7 +3,8 @@
 Spark's Kafka source passes ``kafka.<name>`` to the Java client; we pass ``<name>`` to librdkafka:
 as is when both clients spell it the same, translated where the Java spelling differs (a
 ``sasl.jaas.config`` Plain/Scram login -> ``sasl.username`` / ``sasl.password``, a PEM trust
-store -> ``ssl.ca.location``), dropped when it only tunes the Java client, refused (with the
+store -> ``ssl.ca.location``, ``fetch.max.wait.ms`` -> ``fetch.wait.max.ms``, the socket
+buffer sizes), dropped when it only tunes the Java client, refused (with the
 option to use instead) where the source owns the behaviour.
 
 Secret rule: a setting is secret when librdkafka flags it sensitive (``_RK_SENSITIVE`` in
@@ -61,6 +62,14 @@ _JAVA_ONLY = frozenset({
     "ssl.endpoint.identification.algorithm.disabled", "client.dns.lookup",
     "partition.assignment.strategy", "ssl.truststore.password",
 })
+
+# Java client settings librdkafka spells differently: renamed (the Java spelling is what users of
+# Spark's Kafka source write; librdkafka would refuse it as an unknown property).
+_JAVA_RENAMED = {
+    "fetch.max.wait.ms": "fetch.wait.max.ms",
+    "receive.buffer.bytes": "socket.receive.buffer.bytes",
+    "send.buffer.bytes": "socket.send.buffer.bytes",
+}
 
 # librdkafka consumer-only settings: not passed to the admin client (it would warn about each).
 _CONSUMER_ONLY_PREFIXES = ("isolation.level", "fetch.", "max.partition.fetch.bytes", "queued.",
@@ -181,6 +190,10 @@ def kafka_settings(opts: Mapping[str, Any]) -> tuple[dict[str, str], KafkaSecret
             raise OptionError(f"Kafka option 'kafka.{name}' is not supported: {_REJECTED[name]}")
         if name in _JAVA_ONLY or name == "bootstrap.servers":
             continue
+        name = _JAVA_RENAMED.get(name, name)
+        if name in params:  # both spellings given: the same setting twice
+            raise OptionError(f"Kafka options '{origin[name]}' and '{key}' set the same "
+                              f"librdkafka setting '{name}': give one of them")
         params[name] = str(value)
         origin[name] = key
     jaas = params.pop("sasl.jaas.config", None)

@@ -12,6 +12,7 @@ object is plain data: Spark pickles it to executors.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import uuid
@@ -234,6 +235,11 @@ def _start_spec(opts: Mapping[str, str], prefix: str) -> StartSpec | None:
     text = str(raw).strip()
     if text.lower() in ("earliest", "latest"):
         return StartSpec(kind=text.lower(), option=off_key)  # type: ignore[arg-type]
+    if not text.startswith("{"):
+        close = difflib.get_close_matches(text.lower(), ["earliest", "latest"], n=1)
+        raise _bad(off_key, raw, "'earliest', 'latest' or a JSON object of offsets per "
+                   'partition, like {"topic": {"0": 23, "1": -2}} (-2 = earliest, -1 = latest)'
+                   + (f"; did you mean '{close[0]}'?" if close else ""))
     offsets = _partition_map(off_key, text, "offsets (-2 = earliest, -1 = latest)")
     for topic, parts in offsets.items():
         for pid, off in parts.items():
@@ -273,11 +279,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Orde
     and rules; None checks only what both modes share (``load()``, where Spark does not say
     which mode it is) and returns stream defaults."""
     opts = {str(k).lower(): v for k, v in options.items() if v is not None}
-    for key in opts:
+    for key in opts:  # Spark's option names are case-insensitive: shown lower-cased
         if key.startswith("kafka.") or key in _SOURCE_OPTIONS or key == "path":
             continue
+        close = difflib.get_close_matches(key, list(_SOURCE_OPTIONS), n=1, cutoff=0.75)
+        hint = f" (did you mean '{_SOURCE_OPTIONS[close[0]]}'?)" if close else ""
         raise OptionError(
-            f"unknown option '{key}' for format 'orderedkafka': accepted are "
+            f"unknown option '{key}' for format 'orderedkafka'{hint}: accepted are "
             f"{', '.join(sorted(_SOURCE_OPTIONS.values()))} and kafka.* client settings")
 
     bootstrap = opts.get("kafka.bootstrap.servers")

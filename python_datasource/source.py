@@ -46,7 +46,7 @@ from pyspark.sql.types import (
 
 from orderedstream.core.errors import InvariantError, OptionError
 from orderedstream.core.pandaslazy import keep_pandas_lazy
-from orderedstream.core.worker_errors import reason_first_in_worker
+from orderedstream.core.worker_errors import reason_first_in_worker, reason_first_in_worker_iter
 from orderedstream.python_datasource.kafka_metadata import (
     TP,
     KafkaMetadata,
@@ -145,7 +145,20 @@ class _DriverState:
         return Snapshot(topics, self.metadata.earliest(tps), self.metadata.latest(tps))
 
     def starting_offsets(self, snap: Snapshot) -> dict[TP, int]:
-        """Resolve startingOffsets* into offsets; a start below the log start is loss."""
+        """Resolve startingOffsets* into offsets; a start below the log start is loss. An
+        ``assign`` naming a partition that does not exist is refused (as Spark's source fails
+        listing its offsets), never read as empty."""
+        if self.options.strategy == "assign":
+            missing = [f"{t}-{p}" for t, parts in sorted(self.options.assignment.items())
+                       for p in parts if p not in (snap.topics[t].partitions
+                                                   if t in snap.topics else ())]
+            if missing:
+                have = "; ".join(f"{t} has partitions {list(snap.topics[t].partitions)}"
+                                 if t in snap.topics else f"topic {t!r} does not exist"
+                                 for t in sorted({m.rsplit('-', 1)[0] for m in missing}))
+                raise OptionError(f"option 'assign' names {', '.join(missing)}, which the "
+                                  f"cluster at {self.options.bootstrap_servers} does not have "
+                                  f"({have}); assign existing partitions, or subscribe")
         tps = [tp for tp in snap.partitions() if tp in snap.latest]
         start = resolve_spec(self.metadata, self.options.starting, tps, snap.earliest,
                              snap.latest, self.options.starting_by_timestamp_strategy)
@@ -189,6 +202,7 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
             self._topics_at = now
         return self._topics
 
+    @reason_first_in_worker
     def initialOffset(self) -> dict:
         """Driver: offsets of the first batch from startingOffsets* (new query only)."""
         topics = self._current_topics()
@@ -207,11 +221,13 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
             return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
+    @reason_first_in_worker
     def prepareForTriggerAvailableNow(self) -> None:
         """Driver: fix the target (latest offsets now) that Trigger.AvailableNow reads up to."""
         snap = self.snapshot(self._current_topics())
         self._target = dict(snap.latest)
 
+    @reason_first_in_worker
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Driver: the end of the next batch. Finds new topics/partitions, checks integrity
         against ``start`` (strict raises DataLossError), applies admission control."""
@@ -254,6 +270,7 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
             return None
         return KafkaSourceOffset(offsets=_nested(self._latest)).to_json()
 
+    @reason_first_in_worker
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Driver: one input partition per topic-partition range (split only under
         integrity 'none'). Deterministic from ``start``/``end`` so replays read the same."""
@@ -282,6 +299,7 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
             self._metadata = None
 
     # -- executor ------------------------------------------------------------------------
+    @reason_first_in_worker_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: Arrow batches of one range, in offset order (static and stateless)."""
         return _read(partition, self.options)
@@ -295,6 +313,7 @@ class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
         self.options = options
         self._metadata = None
 
+    @reason_first_in_worker
     def partitions(self) -> Sequence[InputPartition]:
         """Driver: resolve start and end offsets and plan one range per partition."""
         topics = self.metadata.topics()
@@ -319,6 +338,7 @@ class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
                              self.options.min_partitions, self.options.max_records_per_partition)
         return _input_partitions(ranges, self.options)
 
+    @reason_first_in_worker_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: Arrow batches of one range, in offset order."""
         return _read(partition, self.options)

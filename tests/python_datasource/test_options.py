@@ -47,6 +47,10 @@ def test_kafka_passthrough_translates_java_security_settings() -> None:
     assert o.client_config()["sasl.username"] == "u"
     assert o.client_config()["sasl.password"] == "p"
     assert o.group_id == "mine"
+    java = parse(subscribe="a", **{"kafka.fetch.max.wait.ms": "100",
+                                   "kafka.receive.buffer.bytes": "65536"})
+    assert java.kafka_params == {"fetch.wait.max.ms": "100",
+                                 "socket.receive.buffer.bytes": "65536"}
 
 
 @pytest.mark.parametrize("options,message", [
@@ -55,6 +59,13 @@ def test_kafka_passthrough_translates_java_security_settings() -> None:
     ({"subscribePattern": "("}, "subscribePattern.*regular expression"),
     ({"assign": '{"a": "0"}'}, "assign.*JSON like"),
     ({"subscribe": "a", "startingOffsets": "first"}, "startingOffsets.*JSON"),
+    ({"subscribe": "a", "startingOffsets": "earlist"},
+     "'startingOffsets' = 'earlist' is invalid: accepted 'earliest', 'latest' or a JSON "
+     "object.*did you mean 'earliest'"),
+    ({"subscribe": "a", "startingOffset": "earliest"},
+     "unknown option 'startingoffset' .*did you mean 'startingOffsets'"),
+    ({"subscribe": "a", "kafka.fetch.max.wait.ms": "1", "kafka.fetch.wait.max.ms": "2"},
+     "'kafka.fetch.max.wait.ms' and 'kafka.fetch.wait.max.ms' set the same"),
     ({"subscribe": "a", "startingOffsets": '{"a": {"x": 1}}'}, "integer partition"),
     ({"subscribe": "a", "maxOffsetsPerTrigger": "-3"}, "maxOffsetsPerTrigger.*integer >= 1"),
     ({"subscribe": "a", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "9"},

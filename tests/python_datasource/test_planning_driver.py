@@ -185,3 +185,20 @@ def test_broker_down_waits_then_fails_clearly(make_kafka: Any) -> None:
     broker.restart()
     assert KafkaSourceOffset.from_json(r.latestOffset(start, ReadAllAvailable())).offsets == \
         {"down": {0: 0}}
+
+
+def test_assign_of_a_partition_that_does_not_exist_is_refused(kafka: Any, topic: Any) -> None:
+    """Spark's source fails listing the offsets of an assigned partition the cluster lacks;
+    it used to be left out silently (a typo read nothing)."""
+    from orderedstream.core.errors import OptionError
+
+    name = topic(partitions=2)
+    kafka.produce(name, [(None, b"x")] * 4, partition=0)
+    good = reader(kafka.bootstrap, assign=f'{{"{name}": [0, 1]}}', startingOffsets="earliest")
+    assert good.initialOffset()["offsets"] == {name: {"0": 0, "1": 0}}
+    for assign, shown in ((f'{{"{name}": [0, 7]}}', f"{name}-7, which .* \\({name} has "
+                                                    "partitions \\[0\\]\\)"),
+                          (f'{{"{name}-typo": [0]}}', f"{name}-typo-0, .*topic '{name}-typo' "
+                                                      "does not exist")):
+        with pytest.raises(OptionError, match=f"option 'assign' names {shown}"):
+            reader(kafka.bootstrap, assign=assign, startingOffsets="earliest").initialOffset()

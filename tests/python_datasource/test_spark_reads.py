@@ -275,3 +275,33 @@ def test_mode_rules_fail_when_the_query_starts(spark: Any, kafka: Any, tmp_path:
              .option("subscribe", "any-topic").option("startingOffsets", "latest").load())
     with pytest.raises(Exception, match="startingOffsets.*not 'latest'"):
         batch.collect()
+
+
+def test_planning_errors_show_the_reason_first(spark: Any, kafka: Any, topic: Any,
+                                               tmp_path: Path) -> None:
+    """Errors found while Spark plans offsets (a start beyond the log end, a kafka.* setting
+    the client refuses) carry one short frame: the pack's sentence within Spark's first 200
+    characters for a batch read, after only pyspark's runner frames for a stream."""
+    name = topic(partitions=1)
+    kafka.produce(name, [(None, b"x")] * 3)
+    cases = [({"startingOffsets": f'{{"{name}": {{"0": 50}}}}'},
+              f"OptionError: option 'startingOffsets': offset 50 for {name}-0 is beyond"),
+             ({"kafka.security.protocol": "FOO"},
+              "OptionError: a kafka.* option was refused by the Kafka client")]
+    for options, sentence in cases:
+        batch = (spark.read.format("orderedkafka")
+                 .option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", name))
+        for key, value in options.items():
+            batch = batch.option(key, value)
+        with pytest.raises(Exception) as failed:
+            batch.load().collect()
+        text = str(failed.value)
+        assert sentence in text and text.index(sentence) < 200, text[:1500]
+        assert len(text.splitlines()) <= 5, text[:1500]
+        df = stream(spark, kafka.bootstrap, subscribe=name, **options)
+        with pytest.raises(Exception) as failed:
+            run_available_now(df, tmp_path / f"cp-{len(sentence)}")
+        text = str(failed.value)
+        assert sentence in text and text.index(sentence) < 800, text[:1500]
+        before = text[:text.index(sentence)]
+        assert "python_datasource/" not in before, text[:1500]  # none of the pack's frames

@@ -1,9 +1,10 @@
 """The pack's reason first in errors Spark reports from a Python worker.
 
 Spark wraps an exception raised in a Python Data Source hook (``schema()`` at ``load()``, the
-reader constructors) as ``[PYTHON_DATA_SOURCE_ERROR] ...: Traceback ...`` followed by every
-frame of ours, each with its file path (about 120 characters in an editable install), so the
-pack's sentence used to start some 600 characters in. ``reason_first_in_worker`` re-raises
+reader constructors, offset planning, ``read`` on executors) as
+``[PYTHON_DATA_SOURCE_ERROR] ...: Traceback ...`` followed by every frame of ours, each with
+its file path (about 120 characters in an editable install), so the pack's sentence used to
+start some 600 characters in. ``reason_first_in_worker`` re-raises
 the pack's own errors from ONE frame whose file name is short, with no source line and no
 chained context: the sentence then starts within about 200 characters of Spark's message.
 Other exceptions pass through untouched, with their full traceback.
@@ -27,14 +28,32 @@ _WRAPPER = compile(
     "    except OrderedStreamError as exc:\n"
     "        raise exc.with_traceback(None) from None\n",
     "<orderedstream>", "exec")
+# The same for a hook that returns an iterator (``read``): its errors come while Spark iterates.
+_ITER_WRAPPER = compile(
+    "def hook(*args, **kwargs):\n"
+    "    try:\n"
+    "        yield from func(*args, **kwargs)\n"
+    "    except OrderedStreamError as exc:\n"
+    "        raise exc.with_traceback(None) from None\n",
+    "<orderedstream>", "exec")
 
 
 def reason_first_in_worker(func: F) -> F:
     """Wrap a Data Source hook so the pack's errors reach Spark's message with one short
     frame (see the module docstring); the hook's name and docstring are kept."""
+    return _wrapped(_WRAPPER, func)
+
+
+def reason_first_in_worker_iter(func: F) -> F:
+    """``reason_first_in_worker`` for a hook returning an iterator (``read``): the wrapper
+    iterates it, so errors raised while Spark consumes the batches are covered too."""
+    return _wrapped(_ITER_WRAPPER, func)
+
+
+def _wrapped(code: Any, func: F) -> F:
     namespace: dict[str, Any] = {"func": func, "OrderedStreamError": OrderedStreamError}
-    exec(_WRAPPER, namespace)  # noqa: S102 - a fixed, module-level code object
+    exec(code, namespace)  # noqa: S102 - a fixed, module-level code object
     return functools.wraps(func)(namespace["hook"])  # type: ignore[return-value]
 
 
-__all__ = ["reason_first_in_worker"]
+__all__ = ["reason_first_in_worker", "reason_first_in_worker_iter"]
