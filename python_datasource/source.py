@@ -66,6 +66,7 @@ from orderedstream.python_datasource.planning import (
     rate_limit,
 )
 from orderedstream.python_datasource.ranges import describe, range_schema
+from orderedstream.python_datasource.refused import RefusedStreamReader
 
 if TYPE_CHECKING:  # pyarrow and the reader are imported by the tasks that read (_read), not
     import pyarrow as pa  # by load()'s schema step or the lookup (core.entrypoint)
@@ -391,5 +392,10 @@ class OrderedKafkaDataSource(DataSource):
 
     @reason_first_in_worker
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """Driver: micro-batch reader (``spark.readStream``)."""
-        return OrderedKafkaStreamReader(parse_options(self.options, streaming=True))
+        """Driver: micro-batch reader (``spark.readStream``). Options only a stream refuses
+        (``endingOffsets``) fail from its first planning call (``RefusedStreamReader``)."""
+        try:
+            options = parse_options(self.options, streaming=True)
+        except OptionError as exc:
+            return RefusedStreamReader(exc)
+        return OrderedKafkaStreamReader(options)

@@ -1,0 +1,64 @@
+"""A stream reader that only reports why the stream's options were refused.
+
+Spark asks a Python data source for its stream reader inside pyspark's streaming runner, whose
+error path then calls ``stop()`` on a reader it never got: an OptionError raised there ends
+with a misleading ``UnboundLocalError: cannot access local variable 'reader'``. Handing the
+runner this reader instead makes the refusal surface, reason first, from the first call Spark
+makes on it (its offset planning), and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+
+from orderedstream.core.errors import OrderedStreamError
+from orderedstream.core.worker_errors import reason_first_in_worker
+
+
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Raises ``error`` from every planning call (``stop`` excepted)."""
+
+    def __init__(self, error: OrderedStreamError) -> None:
+        self.error = error
+
+    @reason_first_in_worker
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    @reason_first_in_worker
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    @reason_first_in_worker
+    def prepareForTriggerAvailableNow(self) -> None:
+        raise self.error
+
+    @reason_first_in_worker
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        raise self.error
+
+    @reason_first_in_worker
+    def reportLatestOffset(self) -> dict | None:
+        raise self.error
+
+    @reason_first_in_worker
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        raise self.error
+
+    @reason_first_in_worker
+    def commit(self, end: dict) -> None:
+        raise self.error
+
+    @reason_first_in_worker
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        raise self.error
+
+    def stop(self) -> None:
+        """Nothing was opened."""
+
+
+__all__ = ["RefusedStreamReader"]
