@@ -105,3 +105,39 @@ def test_demo_keeps_its_results_and_continues_verified(tmp_path: Path) -> None:
                for line in (first_checked[0], batches[0])]
     assert checked[1] > checked[0] > 0
     assert (workdir / "logs" / "run-2.log").exists()
+
+
+def test_services_start_empty_on_a_new_folder_only_when_asked(tmp_path: Path) -> None:
+    """``services`` on a folder without demo data is refused (most often a mistyped folder),
+    naming ``--new``; with ``--new`` it starts empty services that a client can use."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    workdir = tmp_path / "mine"
+    refused = run_cli("services", "--workdir", str(workdir), timeout=60, split=True)
+    assert refused.returncode == 2 and "holds no embedded services' data" in refused.stderr
+    assert "--new" in refused.stderr and not workdir.exists()
+    services = subprocess.Popen([sys.executable, "-m", "orderedstream.app.cli", "services",
+                                 "--workdir", str(workdir), "--new"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        assert services.stdout is not None
+        seen: list[str] = []
+        for line in services.stdout:
+            seen.append(line)
+            if line.startswith("[services] ready"):
+                break
+        else:
+            raise AssertionError(f"services did not start: {''.join(seen)}")
+        assert any("starting empty services (--new)" in line for line in seen), seen
+        bootstrap = next(line.rsplit(" ", 1)[-1].strip() for line in seen
+                         if line.startswith("[services] Kafka bootstrap servers:"))
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("mine", 1, 1)])["mine"].result(60)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce("mine", b"hello")
+        assert producer.flush(30) == 0  # the broker took the record
+    finally:
+        services.send_signal(signal.SIGINT)
+        assert services.wait(60) == 0
+    assert (workdir / "kafka").is_dir() and (workdir / "s3").is_dir()

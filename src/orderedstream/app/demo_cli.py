@@ -69,12 +69,16 @@ def register(sub: Any) -> None:
     services = sub.add_parser(
         "services", help="(re)start the demo's embedded Kafka and S3 on a work folder's data",
         description="Start the embedded Kafka broker and S3 server on the data a demo left "
-                    "in --workdir (the same ports when they are free), print their endpoints "
-                    "and run until Ctrl-C.")
+                    "in --workdir (the same ports when they are free), or empty ones with "
+                    "--new, print their endpoints and run until Ctrl-C.")
     services.add_argument("--workdir", type=Path, default=Path("orderedstream-demo"),
                           help="the demo's work folder (default: ./orderedstream-demo)")
     services.add_argument("--bucket", default="lake",
                           help="S3 bucket to serve (default: lake)")
+    services.add_argument("--new", action="store_true",
+                          help="start empty services when --workdir holds no demo data (for "
+                               "your own experiments; their data is kept there too). Default: "
+                               "refuse such a folder, which is most often a mistyped one")
     services.set_defaults(func=run_services_command)
 
 
@@ -186,9 +190,15 @@ def run_services_command(args: argparse.Namespace) -> int:
 
     root = Path(args.workdir).absolute()
     if not (root / "kafka").is_dir() and not (root / "s3").is_dir():
-        raise OptionError(f"--workdir {root} holds no embedded services' data (no kafka/ or "
-                          "s3/ folder); run the demo first: scripts/demo or orderedstream demo "
-                          f"--workdir {root}")
+        if not args.new:
+            raise OptionError(f"--workdir {root} holds no embedded services' data (no kafka/ "
+                              "or s3/ folder); run the demo first (scripts/demo or "
+                              f"orderedstream demo --workdir {root}), or add --new to start "
+                              "empty services there")
+        if root.exists() and not root.is_dir():
+            raise OptionError(f"--workdir {root} is a file, not a folder")
+        root.mkdir(parents=True, exist_ok=True)
+        print(f"[services] no demo data in {root}: starting empty services (--new)", flush=True)
     setup_console(verbose=False, log_path=root / "logs" / "services.log", announce=False)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
