@@ -42,6 +42,7 @@ from orderedstream.core.location import check_location, io_failures_named
 from orderedstream.core.worker_errors import reason_first_in_worker
 from orderedstream.core.workerheap import freeze_worker_heap
 from orderedstream.sinks.commit import check_schema, committed_batch, publish_batch
+from orderedstream.sinks.deltalog import check_no_other_format
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import spark_to_arrow
 from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
@@ -98,6 +99,8 @@ class FencedParquetStreamWriter(DataSourceStreamArrowWriter):
             self.table_schema = check_schema(commit_log, options, self.arrow_schema)
             if commit_log.latest_version() is None:  # not committed to yet: can it be?
                 check_location(options.path, where, options.storage_options)
+                check_no_other_format(options.path, options.storage_options,
+                                      writing="parquet", who="format('fencedparquet')")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FencedCommitMessage:
         """Executor: take the writer epoch if another writer holds it (that writer's next

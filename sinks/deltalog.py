@@ -31,7 +31,7 @@ import fsspec
 from orderedstream.core import lazys3, objectstore
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
-from orderedstream.core.errors import CorruptLogError, StateNotFoundError
+from orderedstream.core.errors import CorruptLogError, OptionError, StateNotFoundError
 from orderedstream.core.storage import read_object
 from orderedstream.sinks.deltafiles import delta_storage_options, log_path
 from orderedstream.sinks.writer import escape_partition_value
@@ -306,6 +306,20 @@ def table_format(url: str, storage_options: Mapping[str, Any] | None = None
         if fs.exists(f"{root}/{name}"):
             return kind  # type: ignore[return-value]
     return None
+
+
+def check_no_other_format(url: str, storage_options: Mapping[str, Any] | None, *,
+                          writing: Literal["delta", "parquet"], who: str) -> None:
+    """Refuse to write ``writing`` where ``url`` already holds the other format: two logs in
+    one folder, each blind to the other's files (a vacuum of one deletes the other's data)."""
+    found = table_format(url, storage_options)
+    if found is None or found == writing:
+        return
+    names = {"delta": f"a Delta table ({DELTA_LOG}/)", "parquet": "a fenced Parquet table "
+             "(_fenced/)"}
+    raise OptionError(f"{url} holds {names[found]}; {who} writes {names[writing]}, which "
+                      f"would sit beside it, each log blind to the other's files. Write "
+                      f"'{found}' there, or give another output location")
 
 
 def open_batch_log(url: str, storage_options: Mapping[str, Any] | None = None, *,

@@ -55,6 +55,7 @@ from orderedstream.sinks.deltacommit import (
     arrow_offsets,
     merge_offsets,
 )
+from orderedstream.sinks.deltalog import check_no_other_format
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import spark_to_arrow
 from orderedstream.sinks.writer import task_attempt_id, write_parquet_files
@@ -118,6 +119,8 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
                 self.table_schema = self._committer.check_schema(self.arrow_schema)
                 if not self._committer.has_table:  # not committed to yet: can it be?
                     check_location(options.path, where, options.storage_options)
+                    check_no_other_format(options.path, options.storage_options,
+                                          writing="delta", who="format('fenceddelta')")
         except BaseException:
             _forget(options)
             raise

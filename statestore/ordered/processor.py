@@ -61,7 +61,7 @@ from orderedstream.python_datasource.client_config import secrets_from_options
 from orderedstream.python_datasource.ranges import is_range_columns
 from orderedstream.sinks.commit import prepare_batch
 from orderedstream.sinks.deltacommit import DeltaCommitter, DeltaPrepared, frame_offsets
-from orderedstream.sinks.deltalog import DeltaBatchLog, DeltaOutput
+from orderedstream.sinks.deltalog import DeltaBatchLog, DeltaOutput, check_no_other_format
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.table import FencedTable
 from orderedstream.statestore.ordered.batch import BatchResult, finish_batch
@@ -322,9 +322,13 @@ class OrderedStateful:
 
     def check_locations(self) -> None:
         """Once per instance, before its first batch: the state and output locations can be
-        written (``OrderedOptions.check_locations``)."""
+        written (``OrderedOptions.check_locations``), and the output holds no table of the
+        other format."""
         if not self._locations_checked:
             self.options.check_locations()
+            check_no_other_format(self.options.output, self.options.storage_options,
+                                  writing=self.output_format,
+                                  who=f"OrderedStateful(output_format={self.output_format!r})")
             self._locations_checked = True
 
     def _process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:

@@ -110,3 +110,21 @@ def test_unknown_option_shows_the_subcommands_usage(tmp_path: Path) -> None:
     assert_reason_first(nested, "orderedstream sink files: error: unrecognized arguments: "
                                 "--bogus")
     assert "usage: orderedstream sink files" in nested.stdout
+
+
+@pytest.mark.parametrize("present,fmt", [("_delta_log", "parquet"), ("_fenced", "delta")])
+def test_an_output_holding_the_other_format_is_refused_before_spark(
+        kafka, tmp_path: Path, present: str, fmt: str) -> None:
+    """A Delta table written into a fenced Parquet table's folder (or the reverse) made two
+    logs blind to each other's files: a vacuum of one deleted the other's data."""
+    output = tmp_path / "out"
+    (output / present).mkdir(parents=True)
+    (output / present / "00000000000000000000.json").write_text("{}")
+    result = run_cli("run", *_run_args(kafka.bootstrap, tmp_path), "--output-format", fmt,
+                     "--available-now", timeout=120)
+    assert_reason_first(result, "OptionError", str(output), "holds a",
+                        "Delta table" if fmt == "parquet" else "fenced Parquet table")
+    assert result.returncode == 2
+    checkpoint = tmp_path / "ckpt"  # made by the writability probe, empty: no query started
+    assert not checkpoint.exists() or not any(checkpoint.iterdir())
+    assert sorted(p.name for p in output.iterdir()) == [present]  # nothing written beside it

@@ -130,7 +130,7 @@ def test_a_signal_stops_a_running_job_cleanly_and_relative_paths_are_the_cwd_s(
     proc = subprocess.Popen(
         [sys.executable, "-m", "orderedstream.app.cli", "run", "--bootstrap-servers",
          kafka.bootstrap, "--output", "out", "--state", "./state", "--checkpoint", "ckpt",
-         "--topic-pattern", f"{prefix}-.*", "--trigger", "1 second", "--metrics-file",
+         "--topic-pattern", f"{prefix}-.*", "--trigger", "500ms", "--metrics-file",
          "metrics.prom", "--progress-every", "1", "--master", "local[2]"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, **s3.aws_env()}, start_new_session=True)
@@ -154,3 +154,50 @@ def test_a_signal_stops_a_running_job_cleanly_and_relative_paths_are_the_cwd_s(
                      rf"{stats.records:,} records, 0 restarts", out), out[-4000:]
     assert {p.name for p in tmp_path.iterdir()} >= {"out", "state", "ckpt"}
     assert (tmp_path / "out" / "_delta_log").is_dir() and any((tmp_path / "state").iterdir())
+
+
+def test_ctrl_c_while_spark_starts_stops_cleanly_and_leaves_no_jvm(kafka, tmp_path: Path,
+                                                                    ) -> None:
+    """Ctrl-C during the Spark session's start (a KeyboardInterrupt inside pyspark's gateway
+    launch used to end the run with a traceback, exit 130, and leave the driver JVM running):
+    the run stops once the session is up, before any query, exit 0, its processes gone."""
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orderedstream.app.cli", "run", "--bootstrap-servers",
+         kafka.bootstrap, "--output", "out", "--state", "state", "--checkpoint", "ckpt",
+         "--topic-pattern", f"{unique('cc')}-.*", "--master", "local[2]"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    seen: set[int] = set()
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "starting Spark session" in line:
+                break
+        time.sleep(0.5)  # the gateway is launching: its JVM starts
+        seen |= {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        while proc.poll() is None:
+            try:
+                seen |= {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.1)
+        out = "".join(lines) + proc.stdout.read()
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out[-4000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-4000:]
+    assert f"[job] signal {int(signal.SIGINT)}: stopping before the query starts" in out, out
+    assert "[job] stopped: 0 batches committed in this run" in out, out[-4000:]
+    deadline = time.monotonic() + 30
+    while any(psutil.pid_exists(pid) for pid in seen) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [pid for pid in seen if psutil.pid_exists(pid)]
+    assert not left, [psutil.Process(pid).cmdline()[:3] for pid in left if psutil.pid_exists(pid)]

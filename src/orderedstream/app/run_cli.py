@@ -88,10 +88,15 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
     from orderedstream.app.job.monitor import JobMonitor, ProgressView, batch_rate
     from orderedstream.app.job.pipeline import finish_cleanup, start_job
     from orderedstream.app.job.preflight import check_durations, check_job
+    from orderedstream.sinks.deltalog import check_no_other_format
 
     check_durations(trigger=opts.trigger, idle_timeout=opts.idle_timeout)
     topics = check_job(bootstrap=opts.bootstrap, pattern=opts.topic_pattern,
                        locations=_locations(opts), storage_options=opts.storage_options)
+    remote = "://" in opts.output and not opts.output.startswith("file://")
+    check_no_other_format(opts.output, opts.storage_options if remote else None,
+                          writing=opts.output_format,
+                          who=f"--output-format {opts.output_format}")
     console = setup_console(verbose=args.verbose, log_path=args.log_file, announce=False)
     tracker = FigureTracker(args.metrics_file, labels={"query": opts.query_name})
     began = time.monotonic()
@@ -104,14 +109,22 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
                           else "; topics that appear later are read from their start"))
         if console.log_path:
             view.print(f"[job] Spark, py4j and Kafka client logs: {console.log_path}")
-        view.phase(f"starting Spark session ({args.master or 'local[2,4]'})")
-        spark = start_spark("orderedstream-job", args.master, console)
-        view.print(f"[job] Spark {spark.version} ready in {time.monotonic() - began:.0f}s")
+        # Signals are recorded from here on: one while the Spark session starts (a KeyboardInterrupt
+        # inside pyspark's gateway launch left the driver JVM running) stops the job once the
+        # session is up, before a query starts.
         stop = _StopRequest()
         signal.signal(signal.SIGTERM, stop.on_signal)
         signal.signal(signal.SIGINT, stop.on_signal)
+        view.phase(f"starting Spark session ({args.master or 'local[2,4]'})")
+        spark = start_spark("orderedstream-job", args.master, console)
+        # the SparkContext set its own SIGINT handler (cancelAllJobs): ours again
+        signal.signal(signal.SIGINT, stop.on_signal)
+        view.print(f"[job] Spark {spark.version} ready in {time.monotonic() - began:.0f}s")
         error: BaseException | None = None
         while True:
+            if stop.signum is not None:
+                view.print(f"[job] signal {stop.signum}: stopping before the query starts")
+                break
             view.phase("first plan: defining the Kafka source (Python workers start)")
             try:
                 query, processor = start_job(spark, opts, once=args.available_now,

@@ -31,6 +31,7 @@ from orderedstream.core.jvm import (
     share_python_workers,
 )
 from orderedstream.core.pandaslazy import keep_pandas_lazy
+from orderedstream.core.units import parse_duration_ms
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
 _log = logging.getLogger(__name__)
@@ -168,8 +169,10 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     writer = (frame.writeStream.queryName(opts.query_name)
               .foreachBatch(_batch_function(spark, commit, on_batch))
               .option("checkpointLocation", opts.checkpoint))
+    # Spark's interval parser takes "2 seconds" but not "500ms", which the pack's does: give
+    # Spark the interval the pack parsed.
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
-        processingTime=opts.trigger)
+        processingTime=f"{parse_duration_ms(opts.trigger, '--trigger')} milliseconds")
     manager = local_checkpoint_manager(spark, opts.checkpoint)
     if manager is None:
         return writer.start(), processor
