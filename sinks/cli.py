@@ -18,6 +18,7 @@ from orderedstream.core.errors import (
     StateNotFoundError,
     UnsupportedFormatError,
 )
+from orderedstream.core.location import open_location
 from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.sinks.options import parse_size
 
@@ -56,6 +57,7 @@ def _fenced_table(args: argparse.Namespace) -> dict[str, Any]:
     from orderedstream.sinks.deltalog import table_format
 
     options = storage_options_from_args(args)
+    open_location(args.url, "table", options)  # a bad URL, a dead endpoint, no bucket: named
     kind = table_format(args.url, options)
     if kind == "delta":
         raise UnsupportedFormatError(
@@ -164,20 +166,23 @@ def register(subparsers: Any, name: str = "sink") -> argparse.ArgumentParser:
 
 
 def _add_commands(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="sink_command", required=True)
+    sub = parser.add_subparsers(dest="sink_command", required=True,
+                                metavar="{batches,files,verify,compact,vacuum}")
     for command, func, help_text in [
             ("batches", _batches, "list versions: batch id, epoch, files, rows"),
             ("files", _files, "list live files with sizes and row counts"),
             ("verify", _verify, "check every live file exists with its recorded size"),
             ("compact", _compact, "rewrite small files into large ones, atomically"),
             ("vacuum", _vacuum, "delete orphan and retired files older than a grace period")]:
-        cmd = sub.add_parser(command, help=help_text)
+        cmd = sub.add_parser(command, help=help_text, description=help_text)
         cmd.add_argument("url", help="table root (any fsspec URL)")
         cmd.add_argument("--storage-options",
-                         help="fsspec options as a JSON object, without secrets")
+                         help="fsspec options as a JSON object, without secrets (default: "
+                              "none)")
         cmd.add_argument("--s3-endpoint",
-                         help="S3-compatible endpoint URL (path-style); credentials from "
-                              "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
+                         help="S3-compatible endpoint URL (path-style; default: AWS itself); "
+                              "credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
+                              "AWS_PROFILE or a role")
         if command == "compact":
             cmd.add_argument("--target-file-size", "--target-size", dest="target_file_size",
                              default="128MB",

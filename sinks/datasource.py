@@ -38,7 +38,7 @@ from pyspark.sql.types import StructType
 from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import FencedError
-from orderedstream.core.location import check_location, io_failures_named
+from orderedstream.core.location import check_location, io_failures_named, open_location
 from orderedstream.core.worker_errors import reason_first_in_worker
 from orderedstream.core.workerheap import freeze_worker_heap
 from orderedstream.sinks.commit import check_schema, committed_batch, publish_batch
@@ -95,6 +95,7 @@ class FencedParquetStreamWriter(DataSourceStreamArrowWriter):
         self.arrow_schema = spark_to_arrow(schema)
         where = "fencedparquet output"
         with io_failures_named(options.path, where):  # a bad path: its URL named, reason first
+            open_location(options.path, where, options.storage_options)  # URL, bucket
             commit_log = CommitLog(options.path, options.storage_options)
             self.table_schema = check_schema(commit_log, options, self.arrow_schema)
             if commit_log.latest_version() is None:  # not committed to yet: can it be?

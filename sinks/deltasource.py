@@ -46,7 +46,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from pyspark.sql.types import StructType
 
 from orderedstream.core.datafile import DataFile
-from orderedstream.core.location import check_location, io_failures_named
+from orderedstream.core.location import check_location, io_failures_named, open_location
 from orderedstream.core.worker_errors import reason_first_in_worker
 from orderedstream.core.workerheap import freeze_worker_heap
 from orderedstream.sinks.deltacommit import (
@@ -116,6 +116,7 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
         where = "fenceddelta output"
         try:
             with io_failures_named(options.path, where):  # a bad path: named, reason first
+                open_location(options.path, where, options.storage_options)  # URL, bucket
                 self.table_schema = self._committer.check_schema(self.arrow_schema)
                 if not self._committer.has_table:  # not committed to yet: can it be?
                     check_location(options.path, where, options.storage_options)

@@ -61,3 +61,43 @@ def test_brokers_that_do_not_answer_are_kafka_unavailable() -> None:
     assert isinstance(found, KafkaUnavailableError) and found.__cause__ is raised
     assert str(found).startswith("Kafka does not answer (") and "--bootstrap-servers" in str(found)
     assert environment_error(ValueError("bad input")) is None
+
+
+def test_an_s3_endpoint_that_never_answers_fails_in_seconds(s3) -> None:
+    """An endpoint that accepts connections and never answers (a stuck server, a wrong port
+    behind a proxy) printed nothing for ten minutes; now a LocationError within about 20 s."""
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # accepted by the kernel, never read, never answered
+    try:
+        began = time.monotonic()
+        done = _table_history(s3.url(unique("stuck")),
+                              f"http://127.0.0.1:{listener.getsockname()[1]}", **s3.aws_env())
+        took = time.monotonic() - began
+    finally:
+        listener.close()
+    assert done.returncode == 2, done.stderr[-3000:]
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("orderedstream: LocationError: table location"), done.stderr[-3000:]
+    assert "did not answer within 10 s" in first and "Traceback" not in done.stderr
+    assert took < 120, took
+
+
+def test_a_missing_bucket_or_an_unknown_protocol_is_named(s3) -> None:
+    url = f"s3://{unique('nobucket')}/table"
+    done = _table_history(url, s3.endpoint, **s3.aws_env())
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.startswith(f"orderedstream: LocationError: table location '{url}': "
+                                  "bucket"), done.stderr[-3000:]
+    assert "does not exist" in done.stderr.splitlines()[0]
+    for bad, cause in (("foo://bar/baz", "Protocol not known: foo"),):
+        result = subprocess.run([sys.executable, "-m", "orderedstream.app.cli", "sink",
+                                 "batches", bad], capture_output=True, text=True, timeout=120,
+                                check=False)
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert result.stderr.startswith(f"orderedstream: LocationError: table location "
+                                        f"'{bad}' cannot be opened"), result.stderr[-3000:]
+        assert cause in result.stderr.splitlines()[0]

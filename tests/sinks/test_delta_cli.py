@@ -67,6 +67,10 @@ def test_table_cli_history_compact_vacuum_verify(target, request: Any) -> None:
                       ).to_pyarrow_table().num_rows == 500
     dry = cli("vacuum", url, "--retention-hours", "1", "--dry-run", *extra, env=env)
     assert dry.returncode == 0 and dry.stdout.startswith("would delete 0 files"), dry.stdout
+    for bad in (("history", url, "--limit", "0"), ("compact", url, "--retries", "0")):
+        refused = cli(*bad, *extra, env=env)
+        assert refused.returncode == 2 and f"argument {bad[2]}: must be 1 or more" in \
+            refused.stderr, refused.stderr
     short = cli("vacuum", url, "--retention-hours", "0", *extra, env=env)
     assert short.returncode == 2 and "OptionError: --retention-hours 0" in short.stderr
     bad = cli("verify", f"{url}-missing", *extra, env=env)

@@ -291,17 +291,19 @@ def test_an_unwritable_output_is_named_first_before_any_task(spark, s3, sink, tm
     spark.dataSource.register(FencedDeltaDataSource)
     source = make_input(tmp_path / "in", 1)
     (tmp_path / "a-file").write_text("not a folder")
-    missing_bucket = f"s3://no-such-bucket-{os.getpid()}/{sink}"
-    for url, opts, cause in [(str(tmp_path / "a-file" / "out"), {}, "NotADirectoryError"),
-                             (missing_bucket, s3.storage_options, "")]:
+    bucket = f"no-such-bucket-{os.getpid()}"
+    for url, opts, cause in [(str(tmp_path / "a-file" / "out"), {},
+                              " is not writable (NotADirectoryError"),
+                             (f"s3://{bucket}/{sink}", s3.storage_options,
+                              f": bucket '{bucket}' does not exist")]:
         query = (stream(spark, source).writeStream.format(sink).option("path", url)
                  .option("storageOptions", json.dumps(opts))
-                 .option("checkpointLocation", str(tmp_path / f"ck-{len(cause)}"))
+                 .option("checkpointLocation", str(tmp_path / f"ck-{len(url)}"))
                  .trigger(availableNow=True).start())
         with pytest.raises(Exception) as failed:
             query.awaitTermination(120)
         text = str(failed.value)
-        expected = f"LocationError: {sink} output location '{url}' is not writable ({cause}"
+        expected = f"LocationError: {sink} output location '{url}'{cause}"
         assert expected in text, text[:2000]
         assert text.index(expected) < 400, text[:2000]
     assert (tmp_path / "a-file").read_text() == "not a folder"

@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orderedstream.app.argtypes import at_least, seconds_option
 from orderedstream.app.console import environment_error, error_first
 from orderedstream.app.demo_cli import register as register_demo_commands
-from orderedstream.app.demo_cli import seconds_option
 from orderedstream.app.job.pipeline import JobOptions
 from orderedstream.app.replay_cli import register as register_replay_commands
 from orderedstream.app.run_cli import run_job
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--metrics-file", type=Path, default=None,
                      help="write the job's figures in Prometheus text format to this file, "
                           "replaced atomically after every batch (default: none)")
-    run.add_argument("--max-restarts", type=int, default=3,
+    run.add_argument("--max-restarts", type=at_least(0, "restarts"), default=3,
                      help="restart the query from its checkpoint after this many transient "
                           "failures at most; the pack's own errors never restart (default: 3)")
     run.add_argument("--log-file", type=Path, default=None,

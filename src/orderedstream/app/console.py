@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -133,8 +134,20 @@ def _exception_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
+def first_line(text: str) -> str:
+    """The first line, or where it only opens a Python traceback (py4j's "An exception was
+    raised by the Python Proxy ... Traceback"), the exception that traceback ends with."""
+    first = text.strip().splitlines()[0] if text.strip() else text
+    if not first.rstrip().endswith("Traceback (most recent call last):"):
+        return first
+    raised = [m for m in map(_EXCEPTION_LINE.match, text.splitlines()) if m]
+    if not raised:
+        return first
+    return f"{raised[-1].group(1)}: {raised[-1].group(2)} (raised in: {first[:80]}...)"
+
+
+#: A Python exception line at the end of a traceback: ``module.Name: message``.
+_EXCEPTION_LINE = re.compile(r"^(?:[a-z_][\w]*\.)*([A-Z]\w*): (\S.*)$")
 
 
 def failure_head(exc: BaseException) -> str:
@@ -147,7 +160,7 @@ def failure_head(exc: BaseException) -> str:
     reason = error_summary(exc)
     if reason is not None:
         return f"orderedstream: {reason}"
-    return f"orderedstream: failed: {type(exc).__name__}: {_first_line(_exception_text(exc))}"
+    return f"orderedstream: failed: {type(exc).__name__}: {first_line(_exception_text(exc))}"
 
 
 def report_failure(exc: BaseException, console: ConsoleSetup) -> None:
@@ -183,7 +196,7 @@ def error_first(exc: BaseException, *, log_path: Path | None = None) -> str:
         return f"{head}{where}{tail}\n"
     trace = _exception_text(exc).strip()
     if reason is None:
-        head = f"orderedstream: failed: {type(exc).__name__}: {_first_line(trace)}"
+        head = f"orderedstream: failed: {type(exc).__name__}: {first_line(trace)}"
     else:
         head = f"orderedstream: {reason}"
     return f"{head}{where}\n\n--- Spark's report (after the reason above) ---\n{trace}\n"
@@ -204,7 +217,7 @@ def environment_error(exc: BaseException) -> BaseException | None:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         name, module = type(current).__name__, type(current).__module__
-        text = _first_line(str(current))
+        text = first_line(str(current))
         if module.startswith("botocore") and name in ("NoCredentialsError",
                                                       "PartialCredentialsError"):
             error: BaseException = LocationError(

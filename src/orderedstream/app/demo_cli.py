@@ -13,10 +13,10 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orderedstream.app.argtypes import at_least, seconds_option
 from orderedstream.app.console import setup_console
 from orderedstream.app.demo_workdir import prepare
 from orderedstream.core.shutdown import stop_session
@@ -44,19 +44,19 @@ def register(sub: Any) -> None:
                       help="S3 bucket for the state (default: lake)")
     demo.add_argument("--prefix", default="sessions",
                       help="topic prefix: topics are <prefix>-<site> (default: sessions)")
-    demo.add_argument("--sites", type=_at_least(1, "sites"), default=3,
+    demo.add_argument("--sites", type=at_least(1, "sites"), default=3,
                       help="sites (topics) at the start, at least 1; one more appears mid-run "
                            "(default: 3)")
-    demo.add_argument("--partitions", type=_at_least(1, "partitions"), default=3,
+    demo.add_argument("--partitions", type=at_least(1, "partitions"), default=3,
                       help="partitions per topic, at least 1 (default: 3)")
-    demo.add_argument("--sessions", type=_at_least(1, "sessions"), default=30,
+    demo.add_argument("--sessions", type=at_least(1, "sessions"), default=30,
                       help="sessions per site, at least 1 (default: 30)")
-    demo.add_argument("--rows", type=_at_least(0, "rows"), default=20,
+    demo.add_argument("--rows", type=at_least(0, "rows"), default=20,
                       help="rows in each session's first snapshot, 0 or more (default: 20)")
-    demo.add_argument("--updates", type=_at_least(0, "row changes"), default=60,
+    demo.add_argument("--updates", type=at_least(0, "row changes"), default=60,
                       help="row changes per session, 0 or more (default: 60)")
     demo.add_argument("--seed", type=int, default=7, help="generator seed (default: 7)")
-    demo.add_argument("--max-offsets-per-trigger", type=_at_least(1, "records"), default=1500,
+    demo.add_argument("--max-offsets-per-trigger", type=at_least(1, "records"), default=1500,
                       help="Kafka records per micro-batch at most, over all partitions "
                            "(records; default: 1500; must be > 0)")
     demo.add_argument("--progress-every", type=seconds_option, default=10.0,
@@ -80,39 +80,6 @@ def register(sub: Any) -> None:
                                "your own experiments; their data is kept there too). Default: "
                                "refuse such a folder, which is most often a mistyped one")
     services.set_defaults(func=run_services_command)
-
-
-def _at_least(minimum: int, unit: str) -> Callable[[str], int]:
-    """An argparse ``type``: a whole number of ``unit`` no smaller than ``minimum``
-    (argparse names the option in front of the message)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a whole number of {unit}; accepted: {minimum} or more"
-            ) from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(
-                f"must be {minimum} or more {unit} (got {value})")
-        return value
-
-    parse.__name__ = f"number of {unit}"
-    return parse
-
-
-def seconds_option(text: str) -> float:
-    """An argparse ``type``: a positive number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number of seconds; accepted: a number > 0, e.g. 5 or 0.5"
-        ) from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 (got {text})")
-    return value
 
 
 def run_demo_command(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orderedstream.app.console import ConsoleSetup, report_failure, setup_console
+from orderedstream.app.console import ConsoleSetup, first_line, report_failure, setup_console
 from orderedstream.core.errors import (
     KafkaUnavailableError,
     OrderedStreamError,
@@ -223,5 +223,5 @@ def _first_line(error: BaseException) -> str:
     found = pack_error_in(error)
     if isinstance(found, OrderedStreamError):
         return f"{type(found).__name__}: {str(found).splitlines()[0][:200]}"
-    text = str(error).strip().splitlines()
-    return text[0][:200] if text else type(error).__name__
+    text = first_line(str(error))  # a traceback's own exception, not its opening line
+    return text[:300] if text.strip() else type(error).__name__

@@ -16,7 +16,9 @@ import json
 import time
 from typing import Any
 
+from orderedstream.app.argtypes import at_least
 from orderedstream.core.errors import CommitConflictError, OptionError, TableIntegrityError
+from orderedstream.core.location import open_location
 from orderedstream.sinks.cli import storage_options_from_args
 from orderedstream.sinks.deltafiles import delta_storage_options, log_path
 from orderedstream.sinks.deltalog import DELTA_LOG, DeltaBatchLog, table_format
@@ -29,6 +31,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     from deltalake import DeltaTable
 
     storage = storage_options_from_args(args)
+    open_location(args.url, "table", storage)  # a bad URL, a dead endpoint, no bucket: named
     if table_format(args.url, storage) != "delta":
         raise OptionError(f"{args.url} is not a Delta table (no {DELTA_LOG}/ there); a fenced "
                           "Parquet table is maintained with 'orderedstream sink ...'")
@@ -109,7 +112,8 @@ def _verify(args: argparse.Namespace) -> int:
                                                                             strict=True)
                  if p in found and found[p] != int(s)]
     batches: dict[str, list[int]] = {}
-    for entry in DeltaBatchLog(args.url, storage).entries():
+    for entry in DeltaBatchLog(args.url, storage).entries(0, table.version()):  # the same
+        # version as the files above, though a stream commits meanwhile
         if entry.record.batch_id is not None:
             batches.setdefault(entry.record.writer_id, []).append(entry.record.batch_id)
     for writer, ids in batches.items():
@@ -132,7 +136,8 @@ def _verify(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add ``table {history,compact,vacuum,verify}`` to an argparse subparsers object."""
     table = sub.add_parser("table", help="inspect and maintain a Delta output table")
-    cmds = table.add_subparsers(dest="table_command", required=True)
+    cmds = table.add_subparsers(dest="table_command", required=True,
+                                metavar="{history,compact,vacuum,verify}")
 
     def add(name: str, func: Any, text: str) -> argparse.ArgumentParser:
         cmd = cmds.add_parser(name, help=text, description=text)
@@ -148,7 +153,7 @@ def register(sub: Any) -> None:
 
     history = add("history", _history, "list the latest versions: batch, files, rows, "
                                        "operation, writer, Kafka offsets")
-    history.add_argument("--limit", type=int, default=50,
+    history.add_argument("--limit", type=at_least(1, "versions"), default=50,
                          help="number of latest versions to list (default: 50)")
     compact = add("compact", _compact, "rewrite small files into larger ones (no data change), "
                                        "retrying conflicts with streaming commits")
@@ -157,7 +162,7 @@ def register(sub: Any) -> None:
                          help="target file size in bytes, or with a unit such as 256MB "
                               "(default: 128MB; --target-file-size, as 'sink compact' names "
                               "it, is the same)")
-    compact.add_argument("--retries", type=int, default=10,
+    compact.add_argument("--retries", type=at_least(1, "attempts"), default=10,
                          help="attempts when a streaming commit conflicts (default: 10)")
     vacuum = add("vacuum", _vacuum, "delete files no retained version references and files of "
                                     "crashed attempts, older than the retention")
@@ -166,7 +171,7 @@ def register(sub: Any) -> None:
                              f"at least {MIN_RETENTION_HOURS:g})")
     vacuum.add_argument("--dry-run", action="store_true",
                         help="list what would be deleted, delete nothing (default: delete)")
-    vacuum.add_argument("--show", type=int, default=20,
+    vacuum.add_argument("--show", type=at_least(0, "paths"), default=20,
                         help="number of deleted paths to print (default: 20)")
     add("verify", _verify, "check every live file exists with its logged size and no batch of "
                            "any writer was committed twice; exit 2 on a problem")

@@ -15,24 +15,82 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from orderedstream.core.errors import LocationError, OrderedStreamError
-from orderedstream.core.storage import is_local
+from orderedstream.core.storage import is_local, is_s3
 
 _PROBE = "_orderedstream_probe"
 _DATA = b"orderedstream location check"
+
+
+#: botocore settings of the reachability check: an endpoint that accepts connections and never
+#: answers fails it in about 20 s, not after s3fs's and botocore's retries of 30 s reads.
+_QUICK = {"connect_timeout": 5, "read_timeout": 10,
+          "retries": {"total_max_attempts": 2, "mode": "standard"}}
+
+
+def open_location(url: str, what: str, storage_options: Mapping[str, Any] | None = None,
+                  ) -> tuple[Any, str]:
+    """The fsspec filesystem and root path of ``url``, once it is known to be reachable: a URL
+    fsspec cannot open (unknown protocol, its package missing, a malformed endpoint), an S3
+    endpoint that does not answer, or a bucket that does not exist is ``LocationError`` naming
+    ``what`` and the URL, not a traceback or a wait of minutes."""
+    import fsspec
+
+    options = dict(storage_options or {})
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **options)
+    except Exception as exc:  # noqa: BLE001 - reported with the URL
+        raise LocationError(f"{what} location {url!r} cannot be opened: {type(exc).__name__}: "
+                            f"{_short(exc)}. Give a local path or an fsspec URL "
+                            "(s3://bucket/prefix) with its filesystem package installed") from exc
+    if is_s3(fs):
+        _check_bucket(url, what, root.split("/", 1)[0], options)
+    return fs, root
+
+
+def _check_bucket(url: str, what: str, bucket: str, options: dict[str, Any]) -> None:
+    """HEAD the bucket with short timeouts and one s3fs attempt; a denied HEAD passes (the
+    credentials may still read and write objects)."""
+    import fsspec
+
+    config = {**dict(options.get("config_kwargs") or {}), **_QUICK}
+    quick, _ = fsspec.core.url_to_fs(url, **{**options, "config_kwargs": config,
+                                             "skip_instance_cache": True})
+    quick.retries = 1  # s3fs's own retry loop, around botocore's
+    endpoint = (options.get("client_kwargs") or {}).get("endpoint_url") or "AWS S3"
+    try:
+        quick.call_s3("head_bucket", Bucket=bucket)
+    except FileNotFoundError:
+        raise LocationError(f"{what} location {url!r}: bucket {bucket!r} does not exist at "
+                            f"{endpoint}. Create it, or check the URL and the S3 endpoint"
+                            ) from None
+    except PermissionError:
+        return
+    except ValueError as exc:  # botocore: "Invalid endpoint: ..."
+        raise LocationError(f"{what} location {url!r}: the S3 endpoint {endpoint!r} cannot be "
+                            f"used ({_short(exc)}); give a URL such as https://host:port"
+                            ) from exc
+    except Exception as exc:
+        # Connection refused, no credentials: raised as they are, for the caller's own words
+        # (the CLI's environment_error, check_location's "not writable"). A read that timed
+        # out (an endpoint that accepts and never answers) is named here.
+        if type(exc).__name__ == "ReadTimeoutError" and type(exc).__module__.startswith(
+                _IO_MODULES):
+            raise LocationError(f"{what} location {url!r}: the S3 endpoint {endpoint} did not "
+                                f"answer within {_QUICK['read_timeout']} s ({_short(exc)}). "
+                                "Check the endpoint URL and that the server is up") from exc
+        raise
 
 
 def check_location(url: str, what: str, storage_options: Mapping[str, Any] | None = None,
                    ) -> None:
     """Write, read back and delete a small object under ``url``; ``LocationError`` naming
     ``what`` (e.g. "output"), the URL and the cause when any of it fails."""
-    import fsspec
-
     try:
-        fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        fs, root = open_location(url, what, storage_options)
+    except OrderedStreamError:
+        raise
     except Exception as exc:  # noqa: BLE001 - reported with the URL
-        raise LocationError(f"{what} location {url!r} cannot be opened: {type(exc).__name__}: "
-                            f"{exc}. Give a local path or an fsspec URL (s3://bucket/prefix) "
-                            "the job can write") from exc
+        raise location_error(exc, url, what, local=False) from exc
     probe = f"{root.rstrip('/')}/{_PROBE}-{uuid.uuid4().hex[:12]}"
     local = is_local(fs)
     try:
@@ -84,4 +142,4 @@ def _short(exc: BaseException) -> str:
     return text[0][:300] if text else "(no message)"
 
 
-__all__ = ["check_location", "io_failures_named", "location_error"]
+__all__ = ["check_location", "io_failures_named", "location_error", "open_location"]

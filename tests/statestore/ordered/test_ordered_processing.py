@@ -311,8 +311,8 @@ def test_an_unwritable_location_is_named_before_a_record_is_read(spark, kafka, t
         storage_options=s3.storage_options, store_options={"local_dir": str(tmp_path / "l")})
     frame = kafka_batch(spark, kafka.bootstrap, name, {p: (0, e) for p, e in ends.items()})
     jobs_before = len(spark.sparkContext.statusTracker().getJobIdsForGroup())
-    with pytest.raises(LocationError, match=f"ordered {which} location '{bad}' is not "
-                                            "writable .*Check that the bucket exists"):
+    with pytest.raises(LocationError, match=f"ordered {which} location '{bad}': bucket "
+                                            "'no-such-bucket-.*' does not exist at http"):
         proc.process_batch(frame, 0)
     assert len(spark.sparkContext.statusTracker().getJobIdsForGroup()) == jobs_before
     if which == "state":
