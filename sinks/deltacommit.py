@@ -56,7 +56,11 @@ from orderedstream.core.commitlog import CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import CommitConflictError, SchemaMismatchError
 from orderedstream.core.storage import private_options
-from orderedstream.sinks.deltafiles import add_action, delta_storage_options
+from orderedstream.sinks.deltafiles import (
+    add_action,
+    delta_storage_options,
+    null_counts_in_not_null_columns,
+)
 from orderedstream.sinks.deltalog import COMMIT_KEY, FORMAT, DeltaBatchLog, DeltaEntry
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import encode_schema, evolve
@@ -240,6 +244,14 @@ class DeltaCommitter:
         )
 
         batch_id = prepared.batch_id
+        files = list(files)
+        nulls = null_counts_in_not_null_columns(files, prepared.schema)
+        if nulls:
+            raise SchemaMismatchError(
+                f"batch {batch_id} of Delta table {self.url} has nulls in NOT NULL columns ("
+                + ", ".join(f"{name}: {count}" for name, count in sorted(nulls.items()))
+                + "); nothing was committed. Fill them, or write to a table whose columns "
+                "are nullable")
         meta = {COMMIT_KEY: {
             "format": FORMAT, "writer_id": self.app_id, "batch_id": batch_id,
             "token": prepared.token, "offsets": {k: list(v) for k, v in sorted(offsets.items())},

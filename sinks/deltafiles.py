@@ -14,7 +14,7 @@ import json
 import os
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from orderedstream.core.datafile import DataFile
@@ -37,6 +37,25 @@ def add_action(file: DataFile, *, modification_ms: int | None = None) -> Any:
                      partition_values(file),
                      int(time.time() * 1000) if modification_ms is None else modification_ms,
                      True, json.dumps(stats, sort_keys=True))
+
+
+def null_counts_in_not_null_columns(files: Iterable[DataFile], schema: Any,
+                                    ) -> dict[str, int]:
+    """Column -> nulls that ``files`` hold in the columns ``schema`` (pyarrow) declares not
+    nullable, from the files' Delta statistics and partition values (Delta's NOT NULL
+    invariant, which delta-rs does not check for files it is handed)."""
+    required = [field.name for field in schema if not field.nullable]
+    found: dict[str, int] = {}
+    for file in files if required else ():
+        counts = (file.stats or {}).get("nullCount") or {}
+        partition = partition_values(file) if file.partition else {}
+        for name in required:
+            nulls = counts.get(name)
+            if name in partition and partition[name] is None:
+                nulls = file.rows
+            if isinstance(nulls, int) and nulls > 0:
+                found[name] = found.get(name, 0) + nulls
+    return found
 
 
 def log_path(delta_path: str) -> str:

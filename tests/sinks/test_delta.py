@@ -248,3 +248,32 @@ def test_reading_the_output_then_exiting_never_aborts(tmp_path) -> None:
                               text=True, timeout=120, check=False)
         assert (done.returncode, done.stdout.strip()) == (0, "120"), \
             f"run {run}: rc {done.returncode}: {done.stderr[-1500:]}"
+
+
+def test_nulls_in_a_not_null_column_are_refused_before_the_commit(tmp_path) -> None:
+    """A table whose first batch made ``name`` NOT NULL took a later batch's nulls and
+    committed them (delta-rs does not check add actions): readers then got a non-nullable
+    field holding nulls. Refused now from the files' statistics, nothing committed."""
+    url = str(tmp_path / "notnull")
+    committer = DeltaCommitter(options(url, {}), app_id="w")
+    strict = pa.schema([pa.field("id", pa.int64(), nullable=False),
+                        pa.field("day", pa.int32()), pa.field("name", pa.string(), False)])
+
+    def write(batch_id: int, names: list[str | None]) -> object:
+        batch = pa.RecordBatch.from_pydict(
+            {"id": list(range(len(names))), "day": [0] * len(names), "name": names},
+            schema=strict.set(2, pa.field("name", pa.string())))
+        prepared = committer.prepare(batch_id, strict if batch_id == 0 else batch.schema,
+                                     lambda: {"t/0": [batch_id * 10, batch_id * 10 + 2]})
+        assert isinstance(prepared, DeltaPrepared)
+        files = write_parquet_files([batch], committer.options, f"b{batch_id}")
+        return committer.publish(prepared, files, offsets={"t/0": [batch_id * 10,
+                                                                  batch_id * 10 + 2]})
+
+    write(0, ["a", "b"])
+    table = DeltaTable(url)
+    assert not pa.schema(table.schema().to_arrow()).field("name").nullable
+    with pytest.raises(SchemaMismatchError, match=r"batch 1 of Delta table .* has nulls in "
+                                                  r"NOT NULL columns \(name: 1\)"):
+        write(1, ["c", None])
+    assert DeltaTable(url).version() == 0 and DeltaTable(url).to_pyarrow_table().num_rows == 2
