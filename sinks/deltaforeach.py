@@ -16,8 +16,9 @@ the add actions and the application transaction ``(writer_id, batch_id)``.
 
 ``writer_id`` is the stream's stable name (Delta's ``txnAppId``): keep it across restarts;
 give a query with a new checkpoint a new one. Without Kafka offset columns in the frame the
-replay rule cannot compare offsets (both sides are empty), so then one writer id must never
-be shared by two checkpoints.
+replay rule cannot compare offsets (both sides are empty): it compares the streaming query
+ids instead (recorded in each commit; stable across restarts from one checkpoint), so a
+second checkpoint's batch is refused, not skipped.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import pyarrow as pa
 
 from orderedstream.core.commitlog import CommitRecord
 from orderedstream.core.datafile import DataFile
+from orderedstream.core.errors import CommitConflictError
 from orderedstream.sinks.deltacommit import (
     DEFAULT_CHECKPOINT_INTERVAL,
     DeltaCommitter,
@@ -97,22 +99,58 @@ class DeltaBatchWriter:
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         batch_id = int(batch_id)
+        query_id = streaming_query_id(batch_df)
+        replayed: dict[str, Any] = {}
+
+        def replay_offsets() -> Any:
+            replayed["offsets"] = frame_offsets(batch_df)
+            return replayed["offsets"]
+
         prepared = self.committer.prepare(batch_id, spark_to_arrow(batch_df.schema),
-                                          lambda: frame_offsets(batch_df))
+                                          replay_offsets)
         if isinstance(prepared, CommitRecord):
+            self._check_same_query(prepared, batch_id, query_id, replayed.get("offsets"))
             self.skipped.append(batch_id)  # replay of a committed batch: nothing to do
             self.last_record = prepared
             return
         rows = batch_df.mapInArrow(delta_write_task(self.options), RESULT_SCHEMA).collect()
         files = [DataFile.from_dict(d) for row in rows for d in json.loads(row["files"])]
         offsets = merge_offsets(json.loads(row["offsets"]) for row in rows)
+        extra = self.extra(batch_df, batch_id)
+        if query_id is not None:
+            extra = {**extra, "query_id": query_id}
         self.last_record = self.committer.publish(prepared, files, offsets=offsets,
-                                                  extra=self.extra(batch_df, batch_id))
+                                                  extra=extra)
+
+    def _check_same_query(self, record: CommitRecord, batch_id: int, query_id: str | None,
+                          offsets: Any) -> None:
+        """A committed batch is skipped as a replay when its Kafka offsets equal the replay's;
+        a frame without offset columns has none to compare, so the streaming query ids are
+        (stable across restarts from one checkpoint, new with a new checkpoint)."""
+        committed_by = (record.extra or {}).get("query_id")
+        if offsets or query_id is None or committed_by in (None, query_id):
+            return
+        raise CommitConflictError(
+            f"batch {batch_id} of {self.options.path} is already committed by writer "
+            f"{self.options.writer_id!r} from streaming query {committed_by}, and this is query "
+            f"{query_id} (another checkpoint). Refused, not skipped (skipping would lose this "
+            "batch's rows): give each checkpoint its own writer_id, or resume the first one")
 
     def extra(self, batch_df: Any, batch_id: int) -> dict[str, Any]:
         """JSON stored in the Delta commit (``commitInfo.orderedstream.extra``); override to
-        add more."""
+        add more (``query_id`` is added to it)."""
         return {"entry": "foreachBatch"}
 
 
-__all__ = ["DeltaBatchWriter", "delta_write_task"]
+def streaming_query_id(batch_df: Any) -> str | None:
+    """The id of the streaming query running this ``foreachBatch`` call (Spark's local
+    property, kept in the checkpoint: the same across restarts), None outside one."""
+    try:
+        value = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    except Exception:  # noqa: BLE001 - Spark Connect and the like: no local properties
+        return None
+    return str(value) if value else None
+
+
+
+__all__ = ["DeltaBatchWriter", "delta_write_task", "streaming_query_id"]

@@ -307,3 +307,37 @@ def test_an_unwritable_output_is_named_first_before_any_task(spark, s3, sink, tm
         assert expected in text, text[:2000]
         assert text.index(expected) < 400, text[:2000]
     assert (tmp_path / "a-file").read_text() == "not a folder"
+
+
+def test_delta_writer_without_offsets_refuses_a_second_checkpoints_batches(spark, tmp_path):
+    """DeltaBatchWriter on a frame without Kafka offset columns: a query with a new checkpoint
+    under the same writer_id numbers its batches from 0 again; they were skipped as replays
+    (their rows lost). The streaming query ids differ: refused now."""
+    from orderedstream.core.errors import CommitConflictError
+    from orderedstream.sinks.deltaforeach import DeltaBatchWriter
+
+    url = str(tmp_path / "events")
+    source = make_input(tmp_path / "in", 2)
+
+    def run(checkpoint: str) -> tuple[DeltaBatchWriter, Any]:
+        sink = DeltaBatchWriter(url, writer_id="events")
+        query = (stream(spark, source).writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", str(tmp_path / checkpoint))
+                 .trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(300)
+        except Exception:  # noqa: BLE001 - the failure is read from the query below
+            pass
+        return sink, query.exception()
+
+    first, error = run("ckpt-1")
+    assert error is None and first.skipped == []
+    again, error = run("ckpt-1")  # a restart from the same checkpoint: nothing new, no error
+    assert error is None
+    _, error = run("ckpt-2")
+    assert error is not None and "already committed by writer 'events' from streaming query" \
+        in str(error), error
+    assert "CommitConflictError" in str(error) or isinstance(error, CommitConflictError)
+    from deltalake import DeltaTable
+
+    assert DeltaTable(url).to_pyarrow_table().num_rows == 2 * ROWS  # nothing lost or doubled
