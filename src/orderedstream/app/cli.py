@@ -112,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                           "(default: 10 minutes)")
     run.add_argument("--output-format", choices=("delta", "parquet"), default="delta",
                      help="output table format: delta (a Delta Lake table, one Delta commit per "
-                          "batch, read by Spark/DuckDB/Polars/Trino; default) or parquet (the "
-                          "fenced Parquet table)")
+                          "batch, read by delta-rs, DuckDB, Polars, Trino, and Spark through "
+                          "delta-rs until delta-spark supports Spark 4.3; default) or parquet "
+                          "(the fenced Parquet table)")
     run.add_argument("--state-snapshots", choices=("changelog", "checkpoint"),
                      default="changelog",
                      help="how each batch saves a partition's state: changelog (the batch's "

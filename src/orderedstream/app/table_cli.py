@@ -75,7 +75,8 @@ def _compact(args: argparse.Namespace) -> int:
     table.create_checkpoint()
     print(json.dumps({"version": table.version(), "files_added": metrics.get("numFilesAdded"),
                       "files_removed": metrics.get("numFilesRemoved"),
-                      "batches": metrics.get("numBatches")}, sort_keys=True))
+                      "batches": metrics.get("numBatches"),  # delta-rs: Arrow record batches
+                      "record_batches": metrics.get("numBatches")}, sort_keys=True))
     return 0
 
 
