@@ -271,20 +271,6 @@ def consumer_settings(config: Mapping[str, Any], group_id: str) -> Settings:
     return conf
 
 
-def check_consumer_settings(config: Mapping[str, Any], group_id: str,
-                            secrets: KafkaSecrets) -> None:
-    """librdkafka accepts an executor consumer's settings (names, values, the files they
-    name): a consumer is built and closed at once (about 1 ms, no request waited for), so a
-    bad consumer-only ``kafka.*`` setting fails at ``load()``, not in the first task."""
-    from confluent_kafka import Consumer, KafkaException
-
-    try:
-        consumer = Consumer({**consumer_settings(config, group_id), "log_level": 0})
-    except (KafkaException, ValueError, TypeError) as exc:
-        raise client_error(exc, secrets) from None  # no chained secrets
-    consumer.close()
-
-
 def client_error(exc: Exception, secrets: KafkaSecrets) -> OptionError:
     """A client constructor's failure (it only fails on configuration) as an OptionError that
     names the ``kafka.*`` setting, with secret values redacted."""

@@ -47,7 +47,6 @@ from pyspark.sql.types import (
 from orderedstream.core.errors import InvariantError, OptionError
 from orderedstream.core.pandaslazy import keep_pandas_lazy
 from orderedstream.core.worker_errors import reason_first_in_worker, reason_first_in_worker_iter
-from orderedstream.python_datasource.client_config import check_consumer_settings
 from orderedstream.python_datasource.kafka_metadata import (
     TP,
     KafkaMetadata,
@@ -380,9 +379,8 @@ class OrderedKafkaDataSource(DataSource):
         gives a schema): parse the options, so a bad one fails the ``load()`` with an
         OptionError naming it; Spark does not tell whether a batch or a streaming read
         follows, so batch- or stream-only rules wait for :meth:`reader` /
-        :meth:`streamReader`. The ``kafka.*`` settings are checked by librdkafka here too."""
+        :meth:`streamReader`."""
         options = parse_options(self.options, streaming=None)
-        check_consumer_settings(options.client_config(), options.group_id, options.secrets)
         if options.emit == "ranges":
             return range_schema()
         return kafka_schema(options.include_headers)

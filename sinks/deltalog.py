@@ -26,8 +26,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import fsspec
-
 from orderedstream.core import lazys3, objectstore
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
@@ -298,12 +296,15 @@ def table_format(url: str, storage_options: Mapping[str, Any] | None = None
                  ) -> Literal["delta", "parquet"] | None:
     """``"delta"`` when ``url`` holds ``_delta_log``, ``"parquet"`` for a fenced table
     (``_fenced``), None when neither exists yet."""
-    fs, root = fsspec.core.url_to_fs(url.rstrip("/"), **dict(storage_options or {}))
+    fs, root = lazys3.url_to_fs(url.rstrip("/"), storage_options)  # obstore: no s3fs import
     root = root.rstrip("/")
-    fs.invalidate_cache(root)  # s3fs answers exists() from a cached listing of the parent
     for name, kind in ((DELTA_LOG, "delta"), ("_fenced", "parquet")):
-        fs.invalidate_cache(f"{root}/{name}")
-        if fs.exists(f"{root}/{name}"):
+        found = objectstore.exists_under(fs, f"{root}/{name}")
+        if found is None:  # not through obstore: fsspec, its listing cache dropped first
+            fs.invalidate_cache(root)  # s3fs answers exists() from the parent's listing
+            fs.invalidate_cache(f"{root}/{name}")
+            found = fs.exists(f"{root}/{name}")
+        if found:
             return kind  # type: ignore[return-value]
     return None
 

@@ -90,7 +90,6 @@ def commit_stage(processor: Any, batch_df: Any, batch_id: int) -> BatchResult:
             "it commits the rows of OrderedStateful.apply(df) (write that DataFrame with "
             ".writeStream.foreachBatch(stage.commit_batch)); for the source's own rows use "
             "foreachBatch(stage.process_batch)")
-    processor.check_locations()
     options = processor.options
     delta = processor._delta
     if delta is not None:  # a replay is skipped only with the committed Kafka ranges
@@ -107,6 +106,7 @@ def commit_stage(processor: Any, batch_df: Any, batch_id: int) -> BatchResult:
         return processor.last_result
     if not isinstance(prepared, DeltaPrepared):
         processor._epoch = prepared.epoch
+    processor.check_new_output()
     bases = processor.partition_states()  # of the latest batch, older than this one
     plan = BatchPlan(batch_id=batch_id, processing_time_ms=int(time.time() * 1000),
                      bases=bases)

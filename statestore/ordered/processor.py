@@ -200,7 +200,7 @@ class OrderedStateful:
         self._log: CommitLog | DeltaBatchLog | None = None
         self._cleanups = StateCleanups(self._new_retention, location=self.options.state_location)
         self._epoch: Epoch | None = None
-        self._locations_checked = False
+        self._output_checked = False
         # This run's writer id (the epoch claimed under it at the first batch fences older runs).
         self._writer_id = f"{self.options.query_name}-{uuid.uuid4().hex[:8]}"
         self.last_result: BatchResult | None = None
@@ -321,18 +321,27 @@ class OrderedStateful:
             raise
 
     def check_locations(self) -> None:
-        """Once per instance, before its first batch: the state and output locations can be
-        written (``OrderedOptions.check_locations``), and the output holds no table of the
-        other format."""
-        if not self._locations_checked:
-            self.options.check_locations()
+        """Probe the state and output locations (an object written, read back, deleted):
+        LocationError naming the URL when one cannot be written (a missing bucket, denied
+        access, a regular file on the path). Call it before starting the query to fail fast
+        (``orderedstream run`` does); the batches do not, since it costs the driver an S3
+        client of its own (about 0.3 CPU-s)."""
+        self.options.check_locations()
+
+    def check_new_output(self) -> None:
+        """Once, before the first commit to an output that holds no table yet: no table of the
+        other format is there (``sinks.deltalog.check_no_other_format``)."""
+        if self._output_checked:
+            return
+        new = (not self._delta.has_table if self._delta is not None
+               else self.log.latest_version() is None)
+        if new:
             check_no_other_format(self.options.output, self.options.storage_options,
                                   writing=self.output_format,
                                   who=f"OrderedStateful(output_format={self.output_format!r})")
-            self._locations_checked = True
+        self._output_checked = True
 
     def _process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
-        self.check_locations()
         ranges = is_range_columns(batch_df.columns)  # orderedkafka emit=ranges: tasks read
         planned = frame_offsets(batch_df) if self._delta is not None and ranges else None
         if self._delta is not None:  # replay only with equal offsets; schema (sinks.deltacommit)
@@ -349,6 +358,7 @@ class OrderedStateful:
             return self.last_result
         if not isinstance(prepared, DeltaPrepared):
             self._epoch = prepared.epoch
+        self.check_new_output()
         if not ranges:
             self.options.check_input(list(batch_df.columns))
         bases = self.partition_states()  # of the latest batch, older than this one

@@ -254,7 +254,6 @@ def test_range_partitions_put_the_same_range_rows_in_fewer_tasks(spark: Any, kaf
     ("integrity", "paranoid", "'strict', 'window' or 'none'"),
     ("minPartitions", "4", "minPartitions.*integrity 'none'"),
     ("includeHeaders", "yes", "includeHeaders.*'true' or 'false'"),
-    ("kafka.fetch.max.bytes", "abc", "refused by the Kafka client.*fetch.max.bytes"),
 ])
 def test_bad_options_fail_at_load(spark: Any, option: str, value: str, message: str) -> None:
     """``load()`` runs the source's ``schema()`` on the driver: a bad option fails there, as
@@ -283,8 +282,8 @@ def test_mode_rules_fail_when_the_query_starts(spark: Any, kafka: Any, tmp_path:
 
 def test_planning_errors_show_the_reason_first(spark: Any, kafka: Any, topic: Any,
                                                tmp_path: Path) -> None:
-    """Errors found while Spark plans offsets (a start beyond the log end) or at ``load()``
-    (a kafka.* setting the client refuses) carry one short frame: the pack's sentence within
+    """Errors found while Spark plans offsets (a start beyond the log end, a kafka.* setting
+    the client refuses) carry one short frame: the pack's sentence within
     Spark's first 200 characters for a batch read, after only pyspark's runner frames for a
     stream."""
     name = topic(partitions=1)
@@ -303,7 +302,7 @@ def test_planning_errors_show_the_reason_first(spark: Any, kafka: Any, topic: An
         text = str(failed.value)
         assert sentence in text and text.index(sentence) < 200, text[:1500]
         assert len(text.splitlines()) <= 5, text[:1500]
-        with pytest.raises(Exception) as failed:  # kafka.* settings: at load() already
+        with pytest.raises(Exception) as failed:
             run_available_now(stream(spark, kafka.bootstrap, subscribe=name, **options),
                               tmp_path / f"cp-{len(sentence)}")
         text = str(failed.value)

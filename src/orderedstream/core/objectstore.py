@@ -266,6 +266,25 @@ def find(fs: Any, path: str) -> list[str] | None:
     return found
 
 
+def exists_under(fs: Any, path: str) -> bool | None:
+    """Whether any object lies under ``path`` of ``fs`` (path segments, as ``find``), from
+    the first page of one obstore listing; None when the obstore path is not available."""
+    bucket, key = _split(fs, path)
+    store = _store(fs, bucket)
+    if store is None:
+        return None
+    import obstore
+
+    prefix = key.strip("/") or None
+    try:
+        for chunk in obstore.list(store, prefix, chunk_size=1):
+            if len(chunk):
+                return True
+    except Exception as exc:  # noqa: BLE001 - obstore's errors, re-raised as the pack's OSError
+        raise OSError(f"S3 listing of s3://{bucket}/{prefix or ''} failed: {exc}") from exc
+    return False
+
+
 def delete_many(fs: Any, paths: Sequence[str]) -> bool:
     """Delete ``paths`` of ``fs`` through obstore (S3 ``DeleteObjects``, up to 1,000 keys a
     request); an absent object counts as deleted, as with s3fs. False, having deleted
