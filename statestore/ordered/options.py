@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from orderedstream.core.errors import OptionError
 from orderedstream.core.location import check_location
+from orderedstream.core.storage import options_for
 from orderedstream.sinks.schema import spark_to_arrow
 from orderedstream.statestore.ordered.placement import PLACEMENT_MODES
 from orderedstream.statestore.ordered.timeouts import (
@@ -162,5 +163,4 @@ class OrderedOptions:
         bucket, denied access, a regular file on the path) before a batch reads a record."""
         for what, url in (("ordered state", self.state_location), ("ordered output",
                                                                      self.output)):
-            remote = "://" in url and not url.startswith("file://")
-            check_location(url, what, self.storage_options if remote else None)
+            check_location(url, what, options_for(url, self.storage_options))

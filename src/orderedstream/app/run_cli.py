@@ -88,13 +88,13 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
     from orderedstream.app.job.monitor import JobMonitor, ProgressView, batch_rate
     from orderedstream.app.job.pipeline import finish_cleanup, start_job
     from orderedstream.app.job.preflight import check_durations, check_job
+    from orderedstream.core.storage import options_for
     from orderedstream.sinks.deltalog import check_no_other_format
 
     check_durations(trigger=opts.trigger, idle_timeout=opts.idle_timeout)
     topics = check_job(bootstrap=opts.bootstrap, pattern=opts.topic_pattern,
                        locations=_locations(opts), storage_options=opts.storage_options)
-    remote = "://" in opts.output and not opts.output.startswith("file://")
-    check_no_other_format(opts.output, opts.storage_options if remote else None,
+    check_no_other_format(opts.output, options_for(opts.output, opts.storage_options),
                           writing=opts.output_format,
                           who=f"--output-format {opts.output_format}")
     console = setup_console(verbose=args.verbose, log_path=args.log_file, announce=False)

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from orderedstream.core.errors import LocationError, OrderedStreamError
-from orderedstream.core.storage import is_local, is_s3
+from orderedstream.core.storage import is_local, is_local_url, is_s3
 
 _PROBE = "_orderedstream_probe"
 _DATA = b"orderedstream location check"
@@ -104,7 +104,7 @@ def location_error(exc: BaseException, url: str, what: str, *, local: bool | Non
     """``LocationError`` for an I/O failure ``exc`` met at ``url``: the cause in one line, then
     what to check (for a local path, or for S3)."""
     if local is None:
-        local = "://" not in url or url.startswith("file://")
+        local = is_local_url(url)
     hint = ("Check that the folder can be created and written by this user (no regular file "
             "on the path)" if local
             else "Check that the bucket exists, the credentials (AWS_ACCESS_KEY_ID / "

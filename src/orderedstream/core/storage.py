@@ -70,6 +70,17 @@ def is_local(fs: Any) -> bool:
     return bool(_protocols(fs) & {"file", "local"})
 
 
+def is_local_url(url: str) -> bool:
+    """A local path or ``file://`` URL (no storage options apply to it)."""
+    return "://" not in url or url.startswith("file://")
+
+
+def options_for(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The storage options that apply to ``url``: none for a local one (a job's local output
+    beside S3 state takes the S3 options only where they belong)."""
+    return {} if is_local_url(url) else dict(storage_options or {})
+
+
 def read_object(fs: Any, path: str) -> bytes:
     """The whole content of a small object (a log entry, a manifest); FileNotFoundError when
     absent. On S3 one GET: s3fs's ``cat_file`` otherwise asks for the size first (a HEAD, and

@@ -16,6 +16,7 @@ from typing import Any
 
 from orderedstream.core.errors import KafkaUnavailableError, OptionError
 from orderedstream.core.location import check_location
+from orderedstream.core.storage import options_for
 from orderedstream.core.units import parse_duration_ms
 
 
@@ -51,6 +52,5 @@ def check_job(*, bootstrap: str, pattern: str, locations: Mapping[str, str],
     """All of the above for one job: Kafka first (cheap), then every location."""
     topics = check_kafka(bootstrap, pattern)
     for what, url in locations.items():
-        opts = storage_options if "://" in url and not url.startswith("file://") else None
-        check_location(url, what, opts)
+        check_location(url, what, options_for(url, storage_options))
     return topics
