@@ -150,14 +150,15 @@ class _DriverState:
         ``assign`` naming a partition that does not exist is refused (as Spark's source fails
         listing its offsets), never read as empty."""
         if self.options.strategy == "assign":
-            missing = [f"{t}-{p}" for t, parts in sorted(self.options.assignment.items())
+            missing = [(t, p) for t, parts in sorted(self.options.assignment.items())
                        for p in parts if p not in (snap.topics[t].partitions
                                                    if t in snap.topics else ())]
             if missing:
                 have = "; ".join(f"{t} has partitions {list(snap.topics[t].partitions)}"
                                  if t in snap.topics else f"topic {t!r} does not exist"
-                                 for t in sorted({m.rsplit('-', 1)[0] for m in missing}))
-                raise OptionError(f"option 'assign' names {', '.join(missing)}, which the "
+                                 for t in sorted({t for t, _ in missing}))
+                named = ", ".join(f"{t}-{p}" for t, p in missing)
+                raise OptionError(f"option 'assign' names {named}, which the "
                                   f"cluster at {self.options.bootstrap_servers} does not have "
                                   f"({have}); assign existing partitions, or subscribe")
         tps = [tp for tp in snap.partitions() if tp in snap.latest]
