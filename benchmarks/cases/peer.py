@@ -14,7 +14,10 @@ every 0.25 s with psutil for CPU seconds (user + system of every process of the 
 summed RSS, every second for PSS. Reported: records/s, records/s per core (ours uses 2 cores,
 Quix one), records per CPU-second (the cost view, independent of how many cores were busy),
 CPU seconds, peak RSS, ours' time from process start to the first committed batch. Checked:
-the two outputs compared row by row on every compared column (must be equal).
+the two outputs compared row by row on every compared column (must be equal). Also measured,
+each in its own process: the user function alone (the floor the pack's overhead is counted
+above) and Spark's own fixed cost of a one-batch run (the main job's session, one two-task
+Python job, stop), which bounds from below what any pack on Spark can reach at this size.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
     """The main job over the topics; figures of this process's whole tree (JVM, workers)."""
     from orderedstream.app.job.pipeline import JobOptions, start_job
 
+    if engine == "floor":
+        return _spark_floor(ctx, params)
     born = params["process_started"]
     work = Path(params["work"])
     spark = two_engine_session("peer", engine, ctx, params, 8, __name__, main_job=True)
@@ -100,6 +105,23 @@ def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[s
     if end is not None:
         figures["first_commit_s"] = end - born
     return figures
+
+
+def _spark_floor(ctx: CaseContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Spark's own fixed cost of a one-batch run, which no pack on Spark can go below: the main
+    job's session (its JVM options, class archive, settings, fork server), one Spark job of two
+    Python ``mapInArrow`` tasks (a Python worker started in each of the two task slots) over
+    eight rows, and the session's stop. No Kafka, no state, no output."""
+    spark = two_engine_session("peer", "floor", ctx, params, 8, __name__, main_job=True)
+    try:
+        rows = spark.range(0, 8, 1, 2).mapInArrow(_identity_batches, "id long").collect()
+    finally:
+        spark.stop()
+    return {"rows": len(rows)}
+
+
+def _identity_batches(batches: Any) -> Any:
+    yield from batches
 
 
 def batch_timeline(processor: Any, progress: dict[str, Any], started: float
@@ -204,11 +226,13 @@ def run(ctx: CaseContext) -> list[Result]:
     ours = run_engine(__name__, "ours", ctx, params, work, sample_tree=True)
     quix = _run_quix(ctx, params, work)
     floor = _user_floor(ctx, params, work, per_topic)
+    spark_floor = run_engine(__name__, "floor", ctx, params, work, sample_tree=True)
     if ours["records"] != records or quix["records"] != records or floor["records"] != records:
         raise RuntimeError(f"engines read {ours['records']} / {quix['records']} records (the "
                            f"user function alone {floor['records']}), {records} were produced")
     floor_us = floor["cpu_s"] * 1e6 / records
     ours_us, quix_us = ours["cpu_s"] * 1e6 / records, quix["cpu_s"] * 1e6 / records
+    spark_floor_us = spark_floor["cpu_s"] * 1e6 / records
     ours_rows = job_output_rows(params["ours_output"], ctx.storage_options, COMPARED)
     quix_rows = _quix_rows(work)
     if floor["output_rows"] != len(ours_rows):  # the floor ran other logic or other records
@@ -267,6 +291,19 @@ def run(ctx: CaseContext) -> list[Result]:
                       "ours_us": round(ours_us, 2), "quix_us": round(quix_us, 2),
                       "quix_overhead_us": round(quix_us - floor_us, 2),
                       "user_function_rows": floor["output_rows"]}),
+        Result("peer", "Spark's own floor per record", "us", spark_floor_us,
+               OVERHEAD_TARGET_US, f"issue 16 target ({OVERHEAD_TARGET_US:.0f} us)",
+               "CPU seconds of Spark alone, over this run's records: the main job's session "
+               "(same JVM options, class archive, settings, fork server), one job of two "
+               "Python mapInArrow tasks over 8 rows, stop; no Kafka, state or output "
+               "(peer.py _spark_floor), in its own cgroup. A one-batch run on Spark pays at "
+               "least this above the user function; 'pack above the floor' is the rest",
+               higher_is_better=False,
+               extra={"floor_cpu_s": round(spark_floor["cpu_s"], 2),
+                      "floor_by_process": spark_floor.get("cpu_by_kind"),
+                      "floor_jvm_by_thread": spark_floor.get("jvm_cpu_by_thread"),
+                      "pack_above_floor_us": round(ours_us - floor_us - spark_floor_us, 2),
+                      "cpu_source": spark_floor.get("cpu_source")}),
         Result("peer", "peak RSS", "MiB", ours["peak_rss_mb"], quix["peak_rss_mb"], base,
                "peak summed RSS of the process tree; target <= 1024 MiB",
                higher_is_better=False, extra={"ours_at_peak": ours["peak_rss_parts"]}),
