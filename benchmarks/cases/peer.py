@@ -78,11 +78,12 @@ def quix_python() -> Path:
 
 # ---- ours, in its own process (benchmarks.cases._streaming.run_engine) ------------------------
 def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[str, Any]:
-    """The main job over the topics; figures of this process's whole tree (JVM, workers)."""
-    from orderedstream.app.job.pipeline import JobOptions, start_job
-
+    """``engine`` in this process: ``ours`` (the main job over the topics) or ``floor``
+    (Spark's own floor, which must not import the pack's job)."""
     if engine == "floor":
         return _spark_floor(ctx, params)
+    from orderedstream.app.job.pipeline import JobOptions, start_job
+
     born = params["process_started"]
     work = Path(params["work"])
     spark = two_engine_session("peer", engine, ctx, params, 8, __name__, main_job=True)
