@@ -259,8 +259,7 @@ def admin_settings(config: Mapping[str, Any]) -> Settings:
 def consumer_settings(config: Mapping[str, Any], group_id: str) -> Settings:
     """An executor's consumer: no group management, no auto commit, out-of-range is an error
     (never a silent reset), partition EOF reported so the end is recognised. Fetches are larger
-    than librdkafka's defaults, since a task reads one partition to its end
-    (``benchmarks/profile_source_reader.py`` shows where a task's time goes); ``kafka.*``
+    than librdkafka's defaults, since a task reads one partition to its end; ``kafka.*``
     options win over those sizes."""
     conf: Settings = {"queued.max.messages.kbytes": 65536,
                       "max.partition.fetch.bytes": 8 * 1024 * 1024,

@@ -13,20 +13,17 @@ How a consumer waits in the pool depends on what follows its range in the log:
 - Near the log end (at most ``REFETCH_RECORDS`` records after it, the usual case of a stream
   that keeps up) it is *unassigned*: librdkafka fetches nothing for it. Left assigned, a
   consumer at the log end keeps a fetch waiting at the broker and sends the next as soon as
-  one returns, every ``fetch.wait.max.ms`` (the main job sets 50 ms). In the small-batch
-  benchmark (12 partitions, two workers) those idle fetches took 40-55% of a core of the
-  broker, 20-25% with idle consumers unassigned (``benchmarks/results/20261125-s13/``). A
+  one returns, every ``fetch.wait.max.ms`` (the main job sets 50 ms), which costs the broker
+  CPU (docs/decisions/0007-replace-consumers-instead-of-seeking.md). A
   reader takes it wherever its last range stopped (another worker may have read the ranges in
   between, or a batch is replayed) and assigns it at the range's start: not a seek, nothing
   of its own is in flight once it has been idle for ``fetch.wait.max.ms``.
 - With a backlog after its range (catching up) it stays *assigned* and keeps prefetching, up
   to librdkafka's queue bound (``queued.max.messages.kbytes``: 64 MiB per consumer by default
-  here), so the next range's records are in memory already (a range of 100 records then takes
-  well under a millisecond, ``benchmarks/profile_source_reader.py``). It is taken only by a
+  here), so the next range's records are in memory already. It is taken only by a
   range that starts exactly where its delivery stopped; otherwise it is replaced by a new
   consumer, not re-positioned: librdkafka starts a seek's fetch only once the consumer's
-  outstanding fetch returns (a seek took 454 ms against 10.5 ms for a new consumer,
-  ``benchmarks/results/20261125-s11/``).
+  outstanding fetch returns (docs/decisions/0007-replace-consumers-instead-of-seeking.md).
 
 The pool's memory is therefore at most ``kafkaConsumer.cacheCapacity`` times that queue bound,
 reached only while catching up; 0 turns pooling off. (Pausing idle consumers was measured

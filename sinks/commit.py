@@ -73,7 +73,7 @@ def committed_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_
     ordered stage passes None, as before: its writer ids are unique per run, so it cannot tell
     its own earlier run's record from another query's, and a second query with another
     checkpoint on the same output and state would have its batch N skipped. Comparing the
-    committed Kafka offset ranges with the replay's closes that (issue 15's Delta commits).
+    committed Kafka offset ranges with the replay's closes that (the Delta commits do).
     A later batch already committed is a CommitConflictError as well: batch ids must grow.
     """
     existing = commit_log.get(batch_id)

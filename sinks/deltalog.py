@@ -279,7 +279,7 @@ class DeltaOutput:
         Read by delta-rs's engine (DataFusion, in Rust), not ``to_pyarrow_table()``: that
         scans through a Python filesystem handler, and Arrow I/O threads still finishing that
         scan abort a process that exits right after it (``terminate called without an active
-        exception``, about one exit in two here; delta-rs #2184)."""
+        exception``, about one exit in two here; the upstream issue delta-io/delta-rs#2184)."""
         import pyarrow as pa
         from deltalake import QueryBuilder
 

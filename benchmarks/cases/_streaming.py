@@ -143,7 +143,7 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
     cloudpickle.register_pickle_by_value(sys.modules[module])
     spark_side = engine == "spark"
     # BENCH_EVENT_LOG=<folder>: Spark's event log of each engine (jobs, stages, tasks), to see
-    # where a batch's time goes (benchmarks/results/20261127-s18/stage_task_durations.py)
+    # where a batch's time goes (stage and task durations per batch)
     events = os.environ.get("BENCH_EVENT_LOG")
     event_log = ({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events,
                   "spark.eventLog.compress": "false"} if events else {})

@@ -1,5 +1,5 @@
 """The user function alone over a peer run's input: the floor the pack's overhead is measured
-above (issue 16: "pack overhead <= 25 us per record above the user's function").
+above (the project's target: "pack overhead <= 25 us per record above the user's function").
 
 Run in its own process (``python -m benchmarks.cases._user_floor PARAMS_JSON``) after the
 engines, on the same machine in the same hour, so the overhead subtracts what the user's

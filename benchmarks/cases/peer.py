@@ -281,7 +281,7 @@ def run(ctx: CaseContext) -> list[Result]:
                       "ours_jvm_by_thread": ours["jvm_cpu_by_thread"]}),
         Result("peer", "pack overhead per record", "us",
                ours_us - floor_us, OVERHEAD_TARGET_US,
-               f"issue 16 target ({OVERHEAD_TARGET_US:.0f} us)",
+               f"target ({OVERHEAD_TARGET_US:.0f} us)",
                "whole run: (CPU seconds of ours' whole tree - CPU seconds of the user function "
                "alone over the same records) / records. The user function alone: SessionLogic "
                "per record in offset order, state in a dict, no store or output, measured in "
@@ -293,7 +293,7 @@ def run(ctx: CaseContext) -> list[Result]:
                       "quix_overhead_us": round(quix_us - floor_us, 2),
                       "user_function_rows": floor["output_rows"]}),
         Result("peer", "Spark's own floor per record", "us", spark_floor_us,
-               OVERHEAD_TARGET_US, f"issue 16 target ({OVERHEAD_TARGET_US:.0f} us)",
+               OVERHEAD_TARGET_US, f"target ({OVERHEAD_TARGET_US:.0f} us)",
                "CPU seconds of Spark alone, over this run's records: the main job's session "
                "(same JVM options, class archive, settings, fork server), one job of two "
                "Python mapInArrow tasks over 8 rows, stop; no Kafka, state or output "

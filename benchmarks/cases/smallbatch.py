@@ -6,7 +6,7 @@ The main job as shipped (``start_job``: ``orderedkafka`` with ``emit=ranges`` ->
 capture sessions in 4 topics x 3 partitions: every batch reads about 100 records per partition.
 
 Reported: the median and p95 batch duration (Spark's ``triggerExecution``) of the warm batches
-(all but the first, which starts the Python workers), against the issue's target of 500 ms;
+(all but the first, which starts the Python workers), against the project's target of 500 ms;
 the time from the engine process's start to the first committed batch (target 8 s); and where a
 warm batch's time goes: Spark's phases (``durationMs``: offsets, planning, ``addBatch`` = the
 ``foreachBatch`` call) and, per task, the ordered stage's own metrics (state open, records,
@@ -119,18 +119,18 @@ def run(ctx: CaseContext) -> list[Result]:
               "tasks reusing a partition kept open (warm)": round(ours["kept_open_share"], 2),
               "task open ms by kept (median, warm)": ours["open_ms_by_kept"],
               "batch_ms": ours["batch_ms"]}
-    target = f"issue 16 target ({TARGET_MS:.0f} ms)"
+    target = f"target ({TARGET_MS:.0f} ms)"
     return [
         Result("smallbatch", "batch duration p50", "ms", median, TARGET_MS, target, how,
                higher_is_better=False, extra=detail),
         Result("smallbatch", "batch duration p95", "ms", p95, TARGET_MS, target,
                "p95 of the warm batches' triggerExecution", higher_is_better=False),
         Result("smallbatch", "start to first committed batch", "s", ours["first_commit_s"],
-               STARTUP_TARGET_S, f"issue 16 target ({STARTUP_TARGET_S:.0f} s)",
+               STARTUP_TARGET_S, f"target ({STARTUP_TARGET_S:.0f} s)",
                "from the engine process's start (interpreter, Spark session, workers, first "
                "plan) to the end of batch 0", higher_is_better=False),
         Result("smallbatch", "peak RSS", "MiB", ours["peak_rss_mb"], 1024.0,
-               "issue 16 target (1024 MiB)", "peak summed RSS of the engine's process tree",
+               "target (1024 MiB)", "peak summed RSS of the engine's process tree",
                higher_is_better=False, extra={"at_peak": ours["peak_rss_parts"]}),
         Result("smallbatch", "peak PSS", "MiB", ours["peak_pss_mb"], None, None,
                "peak summed PSS of the engine's process tree (pages shared by forked workers "

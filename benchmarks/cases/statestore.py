@@ -8,7 +8,7 @@ for a core on a shared machine); wall-clock medians are in each result's ``extra
 
 - objects: values are small Python dicts. Ours: the default ``PickleCodec``. Baseline:
   rocksdict's default (non-raw) mode, which pickles them too. This is the "<= 10% overhead"
-  figure of issue 4.
+  figure of the project's targets.
 - bytes: 100-byte values. Ours: ``BytesCodec``. Baseline: rocksdict ``raw_mode``. The floor.
 
 Exact key counts (our default, like Spark's ``trackTotalNumberOfRows``) need to know whether

@@ -1,7 +1,7 @@
 """Every benchmark case runs to its figures: ``scripts/bench --size tiny`` against real services.
 
 The cases drive the pack's public paths (the main job, its Delta output, the ordered stage)
-and rot silently when those change: in session 34 two of them (``endtoend`` read the job's
+and rot silently when those change: once two of them (``endtoend`` read the job's
 Delta output as fenced Parquet; ``ordered`` listed figures of engines it had not run) had
 failed since the job's default output became Delta. A whole tiny run takes about 15 minutes
 on 2 cores, so it is marked slow (CI runs ``-m "not slow"``): run it before a benchmark report

@@ -4,12 +4,9 @@ Writes (``put``, ``SmallObjectFile``), small reads (``get``, ``get_many``), list
 (``find``) and deletes (``delete_many``).
 
 Why: every committed Kafka partition puts a few small objects per batch (its output files,
-its state's new SST or change log, its manifest). Through s3fs each put costs about 1.0-1.1 ms
-of Python CPU (botocore builds, signs and parses the request; aiohttp runs on an event-loop
-thread) and 1.8-2.0 ms of wall time against the local SeaweedFS on a quiet machine; through
-obstore 0.2 ms and 1.0 ms (``python -m benchmarks.s3_put_bench``,
-``benchmarks/results/20261124-s10-smallbatch``). In the small-batch benchmark's profile, S3
-client code was a third of the stage workers' CPU.
+its state's new SST or change log, its manifest), and through s3fs each put costs several
+times the Python CPU it costs here (botocore builds, signs and parses the request; aiohttp runs
+on an event-loop thread): docs/decisions/0013-obstore-for-small-puts.md.
 
 Only an ``s3fs.S3FileSystem`` whose options are all understood here takes this path: explicit
 ``key``/``secret`` (and ``token``) or ``anon``, else the ``AWS_ACCESS_KEY_ID`` /

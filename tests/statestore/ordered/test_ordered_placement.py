@@ -212,7 +212,7 @@ def test_placement_keeps_state_on_its_executor(cluster_spark, patient_locality, 
         if after.batch_id >= 2:
             assert after.preferred == before.executors, f"batch {after.batch_id}"
             assert after.restores == 0 and after.bytes_downloaded == 0, _summary("auto", auto)
-    # The figure: restores from remote storage over the 20 batches after warm-up.
+    # The figure that matters: restores from remote storage over the 20 batches after warm-up.
     measured = auto[WARM_UP:]
     assert len(measured) >= 20
     assert sum(r.restores for r in measured) == 0, _summary("auto", auto)

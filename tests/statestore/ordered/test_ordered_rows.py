@@ -1,6 +1,6 @@
 """What the ordered user function may return: iterables of rows, never a bare tuple of values.
 
-Issue 17: ``return (key.decode(), "ok")`` (a tuple of strings, not a list of tuples) with
+A common mistake: ``return (key.decode(), "ok")`` (a tuple of strings, not a list of tuples) with
 output schema ``key string, status string`` used to commit rows made of characters
 (``{'key': 'k', 'status': '0'}, {'key': 'o', 'status': 'k'}``), two per record, and no error.
 """
@@ -28,7 +28,7 @@ Pair = collections.namedtuple("Pair", ["key", "status"])
 
 
 def bare_tuple(key: Any, record: Any, state: Any) -> Any:
-    return (key.decode(), "ok")  # the exact mistake of issue 17
+    return (key.decode(), "ok")  # the exact mistake: a bare tuple
 
 
 def _input(topic: str, partition: int, offsets: list[int]) -> pa.RecordBatch:
@@ -96,7 +96,7 @@ def test_a_type_error_inside_a_generator_stays_the_users(tmp_path: Any) -> None:
 
 
 @pytest.mark.parametrize("emit", ["records", "ranges"])
-def test_the_bare_tuple_of_issue_17_fails_the_query_and_commits_nothing(
+def test_a_bare_tuple_of_strings_fails_the_query_and_commits_nothing(
         spark, kafka, topic, s3, s3_url, tmp_path, emit, caplog) -> None:
     """The streaming query as a user writes it: the batch fails with the pack's error naming
     the key and the Kafka record; no row and no state is committed. The reason comes first:

@@ -72,8 +72,7 @@ class JobOptions:
     uploads the batch's writes as one log and a full RocksDB checkpoint every 10th version of
     the partition (a restore replays at most 9 logs; Spark's RocksDB changelog checkpointing);
     ``checkpoint`` uploads a checkpoint's new SST files every batch. Either reads state the
-    other wrote. A partition's state commit in the small-batch benchmark: 14-16 ms with logs,
-    18-19 ms with checkpoints (``benchmarks/results/20261125-s13/``)."""
+    other wrote. Why the job uses logs: docs/decisions/0018-changelog-snapshots.md."""
     query_name: str = "sessions"
     warm_workers: bool = True
     """Start the stage's Python workers (and their imports) while the query starts, in local

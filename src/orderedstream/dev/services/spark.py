@@ -80,7 +80,7 @@ Adaptive query execution off: a batch's stage (the source's range rows, one smal
 the ordered stage's tasks) has nothing for AQE to re-plan (the shuffle's partition count is
 set, one per core), yet AQE runs the shuffle as a query stage of its own Spark job, then
 re-optimizes and submits the rest as a second job: two jobs and their planning per batch
-instead of one. Off, in turns with on (``benchmarks/results/20261126-s15/aqe-ab``): the
+instead of one. Off, in turns with on (docs/decisions/0004-adaptive-query-execution-off.md): the
 12 x 100-record batch's p50 604 -> 519 ms (medians of 4 runs each), the one-batch peer run
 -0.19 s, 0.4 CPU-s less, peak RSS 10-25 MiB lower.
 
@@ -88,7 +88,7 @@ Code generation off (whole-stage codegen and expression codegen: Spark's interpr
 operators and projections). The rows that cross the JVM in a batch of the main job are its
 range rows and the tasks' commit messages, a few dozen, so generated code never pays back its
 Janino compile: 40% of the driver's CPU for the batch's ``collect`` in a flight recording of
-the one-batch peer run. Off, in turns with on (``benchmarks/results/20261128-s27``): the JVM
+the one-batch peer run. Off, in turns with on (the same decision record): the JVM
 3.8 / 3.8 CPU-s against 4.1 / 4.3, the run 0.4 s shorter, the 12 x 100 batch's p50 unchanged.
 A job whose records cross the JVM (``emit=records``) should not run with these two settings.
 ``factoryMode`` is one of Spark's internal settings (its SQLConf: not meant for end users);
@@ -100,7 +100,7 @@ second task of every batch's stage waited 35-45 ms for its first input rows (its
 first read, timed in the task: 1-2 ms for the first task, 40 ms for the second, batch after
 batch), the delay of TCP's delayed acknowledgement meeting Nagle's algorithm on a small write;
 over a Unix socket both start within 10 ms (in turns, TCP vs Unix: the 12 x 100 batch's p50
-588/621/586 vs 590/573/530 ms, ``benchmarks/results/20261126-s15/uds-ab``). Local masters
+588/621/586 vs 590/573/530 ms, docs/decisions/0005-unix-domain-sockets.md). Local masters
 only (``unix_sockets``: the sockets live in a private folder of this machine)."""
 
 
