@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from orderedstream.core.errors import OrderedStreamError
+from orderedstream.core.sparkcompat import ReadLimit, SupportsTriggerAvailableNow
 from orderedstream.core.worker_errors import reason_first_in_worker
 
 
@@ -38,7 +38,7 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         raise self.error
 
     @reason_first_in_worker
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         raise self.error
 
     @reason_first_in_worker

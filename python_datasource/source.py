@@ -26,13 +26,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    ReadMinRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -46,6 +39,14 @@ from pyspark.sql.types import (
 
 from orderedstream.core.errors import InvariantError, OptionError
 from orderedstream.core.pandaslazy import keep_pandas_lazy
+from orderedstream.core.sparkcompat import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+    require,
+)
 from orderedstream.core.worker_errors import reason_first_in_worker, reason_first_in_worker_iter
 from orderedstream.python_datasource.kafka_metadata import (
     TP,
@@ -192,6 +193,7 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
         self._target: dict[TP, int] | None = None
         self._last_trigger = time.monotonic()
         self._latest: dict[TP, int] | None = None
+        self._prev: dict | None = None  # the last end planned (Spark 4.0/4.1 pass no start)
 
     # -- driver --------------------------------------------------------------------------
     def _current_topics(self) -> dict[str, TopicInfo]:
@@ -210,9 +212,10 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
         topics = self._current_topics()
         snap = self.snapshot(topics)
         start = self.starting_offsets(snap)
-        return KafkaSourceOffset(
+        self._prev = KafkaSourceOffset(
             offsets=_nested(start),
             topic_ids={t: i.topic_id for t, i in topics.items()}).to_json()
+        return self._prev
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """Driver: maxOffsetsPerTrigger as ReadMaxRows, else minOffsetsPerTrigger as
@@ -230,9 +233,31 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
         self._target = dict(snap.latest)
 
     @reason_first_in_worker
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         """Driver: the end of the next batch. Finds new topics/partitions, checks integrity
-        against ``start`` (strict raises DataLossError), applies admission control."""
+        against ``start`` (strict raises DataLossError), applies admission control.
+
+        Spark 4.0 and 4.1 call ``latestOffset()`` alone: the start is then the last end this
+        reader planned, and after a restart (none yet) every partition's latest offset, with
+        each partition's log start for one the checkpoint lacks (the executors' reads still
+        check a strict range's first offset)."""
+        if start is None:
+            self._prev = self._plan(self._prev, ReadAllAvailable()) if self._prev is not None \
+                else self._all_latest()
+            return self._prev
+        assert limit is not None
+        return self._plan(start, limit)
+
+    def _all_latest(self) -> dict:
+        snap = self.snapshot(self._current_topics())
+        self._latest = dict(snap.latest)
+        return KafkaSourceOffset(
+            offsets=_nested(snap.latest),
+            topic_ids={t: info.topic_id for t, info in snap.topics.items()},
+            new_partitions=_nested({tp: snap.earliest.get(tp, 0) for tp in snap.latest})
+        ).to_json()
+
+    def _plan(self, start: dict, limit: ReadLimit) -> dict:
         prev = KafkaSourceOffset.from_json(start)
         snap = self.snapshot(self._current_topics())
         self._latest = dict(snap.latest)
@@ -276,6 +301,7 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Driver: one input partition per topic-partition range (split only under
         integrity 'none'). Deterministic from ``start``/``end`` so replays read the same."""
+        self._prev = end
         ranges = plan_ranges(KafkaSourceOffset.from_json(start), KafkaSourceOffset.from_json(end),
                              self.options.integrity, self.options.min_partitions,
                              self.options.max_records_per_partition)
@@ -364,6 +390,16 @@ def _read(partition: InputPartition, options: OrderedKafkaOptions) -> Iterator[p
     return read_range(partition.range, options)
 
 
+def _supported_here(options: OrderedKafkaOptions) -> OrderedKafkaOptions:
+    """``options``, or OptionError naming the Spark release an option needs."""
+    for name, value in (("maxOffsetsPerTrigger", options.max_offsets_per_trigger),
+                        ("minOffsetsPerTrigger", options.min_offsets_per_trigger)):
+        if value is not None:
+            require((4, 2), f"orderedkafka: option '{name}' (admission control of Spark's "
+                    "Python streaming source)")
+    return options
+
+
 class OrderedKafkaDataSource(DataSource):
     """``format("orderedkafka")``: Spark's Kafka source schema and options, read in offset
     order per partition with integrity checks. Constructed on the driver (and pickled to
@@ -381,7 +417,7 @@ class OrderedKafkaDataSource(DataSource):
         OptionError naming it; Spark does not tell whether a batch or a streaming read
         follows, so batch- or stream-only rules wait for :meth:`reader` /
         :meth:`streamReader`."""
-        options = parse_options(self.options, streaming=None)
+        options = _supported_here(parse_options(self.options, streaming=None))
         if options.emit == "ranges":
             return range_schema()
         return kafka_schema(options.include_headers)
@@ -396,7 +432,7 @@ class OrderedKafkaDataSource(DataSource):
         """Driver: micro-batch reader (``spark.readStream``). Options only a stream refuses
         (``endingOffsets``) fail from its first planning call (``RefusedStreamReader``)."""
         try:
-            options = parse_options(self.options, streaming=True)
+            options = _supported_here(parse_options(self.options, streaming=True))
         except OptionError as exc:
             return RefusedStreamReader(exc)
         return OrderedKafkaStreamReader(options)

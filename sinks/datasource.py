@@ -32,13 +32,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSource, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import FencedError
 from orderedstream.core.location import check_location, io_failures_named, open_location
+from orderedstream.core.sparkcompat import DataSourceStreamArrowWriter
 from orderedstream.core.worker_errors import reason_first_in_worker
 from orderedstream.core.workerheap import freeze_worker_heap
 from orderedstream.sinks.commit import check_schema, committed_batch, publish_batch

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from orderedstream.core.errors import DataLossError, KafkaUnavailableError
+from orderedstream.core.sparkcompat import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from orderedstream.python_datasource.offsets import KafkaSourceOffset
 from orderedstream.python_datasource.options import parse_options
 from orderedstream.python_datasource.source import OrderedKafkaStreamReader

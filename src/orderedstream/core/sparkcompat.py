@@ -1,0 +1,86 @@
+"""What differs between the supported Spark releases (4.0 up to 4.x), in one place.
+
+The pack runs on every Spark 4 release. Spark 4.2 added the Python streaming reader's admission
+control (``pyspark.sql.streaming.datasource``: ``ReadLimit``, ``SupportsTriggerAvailableNow``,
+``latestOffset(start, limit)``); Spark 4.1 added ``DataSourceStreamArrowWriter``. On an older
+release this module gives stand-ins with the same names, so the pack's classes import there,
+and :func:`require` refuses a feature that needs the newer release with a sentence naming it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC
+from dataclasses import dataclass
+
+import pyspark
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
+
+from orderedstream.core.errors import OptionError
+
+
+def _release(text: str) -> tuple[int, int]:
+    major, minor = (text.split(".") + ["0"])[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+SPARK_RELEASE: tuple[int, int] = _release(pyspark.__version__)
+"""The installed pyspark's (major, minor)."""
+
+ADMISSION_CONTROL: bool = SPARK_RELEASE >= (4, 2)
+"""Spark calls the stream reader's ``latestOffset(start, limit)``, ``getDefaultReadLimit`` and
+``prepareForTriggerAvailableNow`` (4.2+); before, only ``latestOffset()``."""
+
+
+def require(release: tuple[int, int], feature: str) -> None:
+    """Raise OptionError unless the installed Spark is ``release`` or newer."""
+    if SPARK_RELEASE < release:
+        raise OptionError(f"{feature} needs Spark {release[0]}.{release[1]} or newer; this is "
+                          f"pyspark {pyspark.__version__}")
+
+
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter
+except ImportError:  # Spark 4.0
+
+    class DataSourceStreamArrowWriter(  # type: ignore[no-redef,misc]
+            DataSourceStreamWriter, DataSourceArrowWriter):
+        """Spark 4.0 hands a stream writer that is also a ``DataSourceArrowWriter`` Arrow
+        record batches (its write function tests ``isinstance(writer, DataSourceArrowWriter)``
+        for batch and streaming writes alike); ``commit``/``abort`` take the batch id."""
+
+
+try:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # Spark 4.0 and 4.1: Spark never passes a limit; these name the default
+
+    class ReadLimit:  # type: ignore[no-redef]
+        """Stand-in of Spark 4.2's ``ReadLimit``."""
+
+    @dataclass
+    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
+        """Stand-in of Spark 4.2's ``ReadAllAvailable``."""
+
+    @dataclass
+    class ReadMinRows(ReadLimit):  # type: ignore[no-redef]
+        """Stand-in of Spark 4.2's ``ReadMinRows``."""
+
+        min_rows: int
+
+    @dataclass
+    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
+        """Stand-in of Spark 4.2's ``ReadMaxRows``."""
+
+        max_rows: int
+
+    class SupportsTriggerAvailableNow(ABC):  # type: ignore[no-redef]  # noqa: B024
+        """Stand-in of Spark 4.2's mixin (Spark 4.0 and 4.1 never call it)."""
+
+
+__all__ = ["ADMISSION_CONTROL", "SPARK_RELEASE", "DataSourceStreamArrowWriter", "ReadAllAvailable",
+           "ReadLimit", "ReadMaxRows", "ReadMinRows", "SupportsTriggerAvailableNow", "require"]
