@@ -106,7 +106,9 @@ class StateStoreOptions:
     Reuse: ``close`` keeps up to ``keep_open`` clean partitions open in the process, so the
     next ``open`` of one at the version it holds costs no RocksDB open; another process that
     opens it has it closed first (``orderedstream.statestore.rocksdb.keepopen``). Their memory
-    is within the same bound. 0 closes at once.
+    is within the same bound. 0 closes at once. Keeping serves other processes from a daemon
+    thread, so it happens only with ``ORDEREDSTREAM_PROCESS_TUNING=1``
+    (``orderedstream.core.tuning``); without it ``close`` closes.
     """
 
     codec: Codec = field(default_factory=PickleCodec)

@@ -26,6 +26,11 @@ from tests.fixtures import (  # noqa: F401
 )
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# The suite runs the pack as the embedded local session does, process tuning on (the tests'
+# sessions and every Python worker they start inherit it; the standalone cluster's executors
+# get it from the session's spark.executorEnv). Tests of the plain path remove it
+# (tests/core/test_tuning.py, tests/job/test_spark_submit_cluster.py).
+os.environ.setdefault("ORDEREDSTREAM_PROCESS_TUNING", "1")
 
 
 @pytest.hookimpl(trylast=True)

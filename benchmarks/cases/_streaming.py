@@ -134,7 +134,8 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
     Spark's Kafka connector (``params["kafka_jars"]``) and S3A to the case's SeaweedFS.
     ``main_job``: the driver JVM options ``orderedstream run`` uses (``JOB_JAVA_OPTIONS`` and
     the JVM class archive when ``scripts/bootstrap.sh`` built it), its ``JOB_ENVIRONMENT`` and
-    ``JOB_CONF``."""
+    ``JOB_CONF``, and its driver process tuned as the embedded session tunes it
+    (``orderedstream.dev.embedded_session.tune_this_process``)."""
     from pyspark import cloudpickle
 
     from orderedstream.dev.services import jvmarchive
@@ -142,6 +143,10 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
 
     cloudpickle.register_pickle_by_value(sys.modules[module])
     spark_side = engine == "spark"
+    if main_job:
+        from orderedstream.dev.embedded_session import tune_this_process
+
+        tune_this_process()
     # BENCH_EVENT_LOG=<folder>: Spark's event log of each engine (jobs, stages, tasks), to see
     # where a batch's time goes (stage and task durations per batch)
     events = os.environ.get("BENCH_EVENT_LOG")

@@ -14,7 +14,6 @@ from typing import Any
 
 from orderedstream.core.commitlog import CommitRecord
 from orderedstream.core.errors import OptionError, raise_reason_first
-from orderedstream.core.jvm import map_in_arrow
 from orderedstream.python_datasource.ranges import is_range_columns
 from orderedstream.sinks.commit import prepare_batch
 from orderedstream.sinks.deltacommit import DeltaPrepared, Offsets
@@ -58,7 +57,7 @@ def apply_stage(processor: Any, df: Any, *, name: str = OBSERVED_NAME) -> Any:
             df = df.select(*options.required_columns())
     task = StageTask(options, processor.func, processor.sink, stage_id=processor._writer_id,
                      kafka_secrets=processor._kafka_secrets)
-    return map_in_arrow(df, task, stage_ddl()).observe(name, *observed_columns())
+    return df.mapInArrow(task, stage_ddl()).observe(name, *observed_columns())
 
 
 def _run_stage(processor: Any, batch_df: Any, plan: BatchPlan, *, dry_run: bool) -> list[Any]:

@@ -227,7 +227,7 @@ class StatePlacement:
                             "%s failed: %r", batch_id, checkpoint, exc)
             return None
         try:
-            count = int(frame._jdf.queryExecution().toRdd().getNumPartitions())
+            count = self._placement.partition_count(frame)
         except Exception as exc:  # noqa: BLE001
             self._warn_once("count", "batch %d placed by Spark: no partition count (%r)",
                             batch_id, exc)

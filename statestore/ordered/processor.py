@@ -55,7 +55,6 @@ from orderedstream.core.errors import (
     log_failure,
     raise_reason_first,
 )
-from orderedstream.core.jvm import map_in_arrow
 from orderedstream.core.storage import private_options
 from orderedstream.python_datasource.client_config import secrets_from_options
 from orderedstream.python_datasource.ranges import is_range_columns
@@ -374,7 +373,7 @@ class OrderedStateful:
             frame = frame.coalesce(self.max_tasks or frame.sparkSession.sparkContext
                                    .defaultParallelism)  # ranges share tasks, in turn
         try:
-            rows = map_in_arrow(frame, task, _commit_ddl()).collect()
+            rows = frame.mapInArrow(task, _commit_ddl()).collect()
             commits = [PartitionCommit.from_json(row["commit"]) for row in rows]
             commits += self._run_due_timeouts(batch_df.sparkSession, task, bases,
                                               {c.partition_id for c in commits}, plan)

@@ -14,7 +14,9 @@ holds the copy's lock; an opener that finds it asks that process, over a Linux a
 socket served by a daemon thread, to close the DB, and waits for the answer before opening.
 A keeper that died released RocksDB's lock with its process (a process of the same pid
 started after ``KEPT`` was written is another one). Without abstract sockets (not Linux),
-nothing is kept: ``close`` closes.
+nothing is kept: ``close`` closes. Nothing is kept either without
+``ORDEREDSTREAM_PROCESS_TUNING=1`` (``orderedstream.core.tuning``; ``RocksDBStatePartition``
+checks it): a library's thread serving other processes is the user's choice.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any
 
 import rocksdict
 
+from orderedstream.core.tuning import process_tuning
 from orderedstream.core.workerheap import glibc_function
 from orderedstream.statestore.options import StateStoreOptions
 
@@ -28,8 +29,9 @@ def _tune_glibc_malloc() -> None:
     get their own arena whose freed memory the reading thread's block cache cannot reuse, and
     once a freed memtable arena block raises glibc's dynamic mmap threshold, later 2-8 MiB
     memtable blocks come from the heap and stay resident after the memtable is freed.
-    Must run before RocksDB starts its threads; explicit MALLOC_* / GLIBC_TUNABLES win."""
-    if os.environ.get("GLIBC_TUNABLES"):
+    Must run before RocksDB starts its threads; explicit MALLOC_* / GLIBC_TUNABLES win. A
+    process-wide change: only with ``ORDEREDSTREAM_PROCESS_TUNING=1`` (``core.tuning``)."""
+    if not process_tuning() or os.environ.get("GLIBC_TUNABLES"):
         return
     mallopt = glibc_function("mallopt")
     if mallopt is None:  # not Linux, or not glibc

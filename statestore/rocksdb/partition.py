@@ -24,6 +24,7 @@ from itertools import repeat
 from operator import is_not
 from typing import Any
 
+from orderedstream.core.tuning import process_tuning
 from orderedstream.statestore import ttl as ttl_mod
 from orderedstream.statestore.base import DEFAULT_SPACE, Key
 from orderedstream.statestore.rocksdb import keepopen
@@ -196,9 +197,11 @@ class RocksDBStatePartition(Committer, Expiry):
 
     def _keepable(self) -> keepopen.Kept | None:
         """What ``close`` may keep open: a writable partition whose local copy is clean and
-        holds this DB (committed or prepared, no write since), else None."""
+        holds this DB (committed or prepared, no write since), else None. Only with
+        ``ORDEREDSTREAM_PROCESS_TUNING=1``: keeping serves other processes from a thread."""
         copy = self._copy
-        if (copy is None or self._options.keep_open == 0 or copy.state.dirty
+        if (copy is None or self._options.keep_open == 0 or not process_tuning()
+                or copy.state.dirty
                 or self._status not in (Status.OPEN, Status.PREPARED)
                 or self._pending is not None
                 or copy.state.db != os.path.basename(self._db_path)):

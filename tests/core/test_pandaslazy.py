@@ -1,6 +1,7 @@
-"""pyarrow's pandas shim follows whether pandas is imported (core.pandaslazy), and the driver's
-session no longer imports pandas through PySpark's NumPy converters (core.jvm). Each case runs
-in its own interpreter: the test process has pandas imported already."""
+"""pyarrow's pandas shim follows whether pandas is imported (core.pandaslazy), and the embedded
+session's driver does not import pandas through PySpark's NumPy converters or ``mapInArrow``
+(dev.embedded_session); all of it only with the process tuning on. Each case runs in its own
+interpreter: the test process has pandas imported already."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ print("RESULT " + json.dumps(out))
 SESSION = r"""
 import json, sys
 import numpy as np
-from orderedstream.core.jvm import map_in_arrow
-from orderedstream.dev.services.spark import local_spark_session
+from pathlib import Path
+from orderedstream.dev.embedded_session import embedded_session
 
 def double(batches):
     import pyarrow.compute as pc
@@ -46,17 +47,17 @@ def double(batches):
         yield batch.set_column(0, "id", pc.multiply(batch.column(0), 2))
 
 loaded = []
-spark = local_spark_session("driver-imports-test", master="local[1]", tmp_dir=sys.argv[1])
+spark = embedded_session("driver-imports-test", master="local[1]", tmp_dir=Path(sys.argv[1]))
 loaded.append("pandas" in sys.modules)
 jvm = spark.sparkContext._jvm
 out = {"array": jvm.java.util.Arrays.toString(np.array([1.5, 2.5])),
        "scalar": jvm.java.lang.String.valueOf(np.int64(5)),
        "count": spark.range(5).where("id in (1, 2)").count()}
 loaded.append("pandas" in sys.modules)
-out["mapped"] = [r.id for r in map_in_arrow(spark.range(3), double, "id long").collect()]
+out["mapped"] = [r.id for r in spark.range(3).mapInArrow(double, "id long").collect()]
 loaded.append("pandas" in sys.modules)
+import pandas  # from now on PySpark's own path, its check included
 out["plain"] = [r.id for r in spark.range(3).mapInArrow(double, "id long").collect()]
-loaded.append("pandas" in sys.modules)
 out["loaded"] = loaded
 spark.stop()
 print("RESULT " + json.dumps(out))
@@ -99,13 +100,14 @@ def test_off_switch_leaves_pyarrow_as_it_comes() -> None:
     assert result["after_arrays"] == [True, True]
 
 
-def test_the_drivers_session_and_map_in_arrow_do_not_import_pandas(tmp_path: Path) -> None:
+def test_the_embedded_sessions_driver_and_map_in_arrow_do_not_import_pandas(
+        tmp_path: Path) -> None:
     result = _run(SESSION, str(tmp_path / "spark"))
     same = {"array": "[1.5, 2.5]", "scalar": "5", "count": 2, "mapped": [0, 2, 4],
             "plain": [0, 2, 4]}
-    # pandas stays out after the session, NumPy arguments and map_in_arrow; PySpark's own
-    # mapInArrow (the last step) checks pandas' version, so it imports pandas
-    assert result == {**same, "loaded": [False, False, False, True]}
+    # pandas stays out after the session, NumPy arguments and mapInArrow
+    assert result == {**same, "loaded": [False, False, False]}
     # PySpark as it comes: pandas from the session's first py4j call (pyspark.testing.utils)
-    off = _run(SESSION, str(tmp_path / "spark-off"), ORDEREDSTREAM_LAZY_PANDAS="0")
-    assert off == {**same, "loaded": [True, True, True, True]}
+    for off in ({"ORDEREDSTREAM_LAZY_PANDAS": "0"}, {"ORDEREDSTREAM_PROCESS_TUNING": "0"}):
+        plain = _run(SESSION, str(tmp_path / f"spark-off-{len(off)}-{sorted(off)[0]}"), **off)
+        assert plain == {**same, "loaded": [True, True, True]}, off

@@ -20,7 +20,7 @@ from orderedstream.app.job.warmup import (
     warm_python_workers,
     warm_read_planner,
 )
-from orderedstream.core.jvm import map_in_arrow, python_worker_pools, release_planner_workers
+from orderedstream.core.jvm import python_worker_pools, release_planner_workers
 from orderedstream.statestore.ordered.plan import EXTRA_KEY
 from tests.fixtures import unique
 
@@ -51,8 +51,8 @@ def test_warm_up_imports_in_the_workers_later_tasks_reuse(spark: Any) -> None:
     # Enough tasks to go round every idle worker of the session's pools (earlier tests leave
     # some): whichever order Spark hands idle workers out in, the warm ones serve some
     tasks = python_worker_pools(spark).get("pyspark.worker", 0) + parallelism
-    rows = map_in_arrow(spark.range(0, tasks, 1, tasks), _report,
-                        "pid long, marker boolean").collect()
+    rows = spark.range(0, tasks, 1, tasks).mapInArrow(_report,
+                                                      "pid long, marker boolean").collect()
     reused = [r for r in rows if r["pid"] in warm.workers]
     assert reused, (rows, warm.workers)  # the warm workers serve the next job's tasks
     assert all(r["marker"] for r in reused)  # ... with the warm-up's imports in place

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from orderedstream.core import tuning
 from orderedstream.core.errors import StateLockedError, StateTransactionError
 from orderedstream.statestore import EMPTY_VERSION
 from orderedstream.statestore.rocksdb import keepopen
@@ -106,6 +107,17 @@ def test_a_closed_partition_is_reused_open_at_the_version_it_holds(make_store: F
     with store.open(0, 1) as part:
         assert store.last_restore is not None and not store.last_restore.kept_open
         assert part.get("k") == "v1"
+
+
+def test_without_the_process_tuning_close_closes(make_store: Factory,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(tuning.ENV, raising=False)  # a plain session's worker
+    store = make_store()
+    _commit(store, 0, EMPTY_VERSION, "k", "v0")
+    assert not _marker(store, 0).exists()
+    with store.open(0, 0) as part:
+        assert store.last_restore is not None and not store.last_restore.kept_open
+        assert part.get("k") == "v0"
 
 
 def test_keep_open_zero_closes_at_once_and_the_limit_closes_the_oldest(

@@ -36,31 +36,31 @@ RESTART_BACKOFF_S = 5.0
 
 def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
                 tmp_dir: Path | None = None) -> Any:
-    """The session: spark-submit's when launched by it, else a local one (quiet: its JVM logs
-    to the run's log file)."""
-    from orderedstream.dev.services import jvmarchive
-    from orderedstream.dev.services.spark import (
-        JOB_CONF,
-        JOB_ENVIRONMENT,
-        JOB_JAVA_OPTIONS,
-        local_spark_session,
-    )
+    """The session, by where the job runs:
 
+    - launched by spark-submit (``PYSPARK_GATEWAY_PORT``, no ``--master``): spark-submit's
+      session, configured by its ``--master``, ``--conf`` and ``--jars``;
+    - ``--master`` of a cluster (``spark://...``, ``yarn``, ``k8s://...``): a plain
+      ``SparkSession.builder`` session with the user's configuration (``spark-defaults.conf``,
+      ``PYSPARK_PYTHON``: the executors' Python must have the pack installed);
+    - a local master (none given, or ``local[...]``): the embedded local session
+      (``orderedstream.dev.embedded_session``: tuned for this machine, quiet, its JVM logging
+      to the run's log file).
+
+    Only the embedded session turns the pack's process tuning on (``core.tuning``)."""
     if os.environ.get("PYSPARK_GATEWAY_PORT") and master is None:
-        # Launched by spark-submit: its --master, --conf and --jars configure the session.
         from pyspark.sql import SparkSession
 
-        from orderedstream.core.jvm import light_numpy_converters
-
-        light_numpy_converters()  # else the first py4j call imports pandas into the driver
         spark = SparkSession.builder.appName(app_name).getOrCreate()
+    elif master is not None and not master.startswith("local"):
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.master(master).appName(app_name).getOrCreate()
     else:
-        # The class archive, when scripts/bootstrap.sh built it: the JVM starts ~1.5 s sooner.
-        options = [JOB_JAVA_OPTIONS, jvmarchive.java_options(), console.java_options()]
-        spark = local_spark_session(app_name, master=master or "local[2,4]", tmp_dir=tmp_dir,
-                                    conf=JOB_CONF,
-                                    java_options=" ".join(o for o in options if o),
-                                    environment=JOB_ENVIRONMENT, fork_server=True)
+        from orderedstream.dev.embedded_session import DEFAULT_MASTER, embedded_session
+
+        spark = embedded_session(app_name, master=master or DEFAULT_MASTER, tmp_dir=tmp_dir,
+                                 java_options=console.java_options())
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -148,6 +148,10 @@ class Placement:
 
         return DataFrame(jdf, self._spark)
 
+    def partition_count(self, df: Any) -> int:
+        """How many partitions ``df``'s plan has (its tasks), without running it."""
+        return int(df._jdf.queryExecution().toRdd().getNumPartitions())
+
     def planned(self, tag: str) -> dict[int, str]:
         """Partition index -> executor id that :meth:`prefer` chose for batch ``tag``."""
         if self._jplacement is None:
@@ -358,7 +362,10 @@ def light_numpy_converters() -> int:
     ``SparkConf``). That module checks for pandas, grpc and more, and imports pandas into the
     driver: 34 MiB for nothing. A NumPy value can only exist once ``numpy`` is imported, so the
     replacements look at ``sys.modules`` and convert exactly what the originals convert. Call
-    before the session starts; idempotent. ``ORDEREDSTREAM_LAZY_PANDAS=0``: left as they are."""
+    before the session starts; idempotent. A change of the whole process's py4j: only the
+    embedded local session calls it (``orderedstream.dev.embedded_session``);
+    ``ORDEREDSTREAM_LAZY_PANDAS=0`` or no ``ORDEREDSTREAM_PROCESS_TUNING=1``: left as they
+    are."""
     import sys
 
     from orderedstream.core.pandaslazy import enabled
@@ -387,26 +394,3 @@ def light_numpy_converters() -> int:
             protocol.INPUT_CONVERTER[i], replaced = _Array(), replaced + 1
     return replaced
 
-
-def map_in_arrow(df: Any, func: Any, schema: Any) -> Any:
-    """``df.mapInArrow(func, schema)``, the same plan, without PySpark's pandas check.
-
-    PySpark builds ``mapInArrow``'s function through ``pandas_udf``, which imports pandas in
-    the driver only to check its version (34 MiB), although an Arrow function never uses it.
-    This builds the same ``SQL_MAP_ARROW_ITER_UDF`` function and calls the same JVM method.
-    Spark Connect (no JVM here), an unknown PySpark or ``ORDEREDSTREAM_LAZY_PANDAS=0``:
-    ``df.mapInArrow``."""
-    from orderedstream.core.pandaslazy import enabled
-
-    jdf = getattr(df, "_jdf", None)
-    if jdf is None or not enabled():
-        return df.mapInArrow(func, schema)
-    try:
-        from pyspark.sql import DataFrame
-        from pyspark.sql.pandas.functions import vectorized_udf  # type: ignore[attr-defined]
-        from pyspark.util import PythonEvalType
-    except ImportError:
-        return df.mapInArrow(func, schema)
-    udf = vectorized_udf(func, schema, PythonEvalType.SQL_MAP_ARROW_ITER_UDF, "pandas")
-    column = udf(*[df[name] for name in df.columns])
-    return DataFrame(jdf.mapInArrow(column._jc, False, None), df.sparkSession)

@@ -13,8 +13,10 @@ then on pyarrow behaves exactly as before: ``pa.array(series)``, ``pa.table(df)`
 ``to_pandas`` see pandas. pyarrow's C++ converter already follows the same rule ("if pandas has
 been imported already", ``python_to_arrow.cc``).
 
-``ORDEREDSTREAM_LAZY_PANDAS=0`` in the environment turns this off (and
-``core.jvm.light_numpy_converters``), for side-by-side measurements.
+The hook changes the whole process's imports, so it is installed only with
+``ORDEREDSTREAM_PROCESS_TUNING=1`` (``orderedstream.core.tuning``); there
+``ORDEREDSTREAM_LAZY_PANDAS=0`` turns it off again (and the embedded session's light
+converters, ``orderedstream.dev.embedded_session``), for side-by-side measurements.
 """
 
 from __future__ import annotations
@@ -28,14 +30,17 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from orderedstream.core.tuning import process_tuning
+
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 
 
 def enabled() -> bool:
-    """False when ``ORDEREDSTREAM_LAZY_PANDAS=0`` (pyarrow and PySpark as they come)."""
-    return os.environ.get("ORDEREDSTREAM_LAZY_PANDAS", "1") != "0"
+    """Whether pandas is kept lazy: ``ORDEREDSTREAM_PROCESS_TUNING=1`` and not
+    ``ORDEREDSTREAM_LAZY_PANDAS=0`` (otherwise pyarrow and PySpark as they come)."""
+    return process_tuning() and os.environ.get("ORDEREDSTREAM_LAZY_PANDAS", "1") != "0"
 
 
 def pyarrow_has_pandas() -> bool:

@@ -19,6 +19,9 @@ user's own process is not this pack's decision.
 
 ``release_freed_memory()`` hands the C heap's free pages back to the system after a large
 Kafka range (glibc keeps what several threads freed; see its docstring).
+
+Both change the whole process, so both do nothing unless ``ORDEREDSTREAM_PROCESS_TUNING=1``
+(``orderedstream.core.tuning``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import gc
 import os
 import sys
 from typing import Any
+
+from orderedstream.core.tuning import process_tuning
 
 _DAEMONS = ("pyspark.daemon", "orderedstream.core.pydaemon")
 
@@ -46,8 +51,8 @@ def in_reused_worker() -> bool:
 
 def freeze_worker_heap() -> bool:
     """In a reused Spark worker, freeze the objects alive now (see the module docstring);
-    returns whether it froze."""
-    if not in_reused_worker():
+    returns whether it froze (never without ``ORDEREDSTREAM_PROCESS_TUNING=1``)."""
+    if not process_tuning() or not in_reused_worker():
         return False
     gc.freeze()
     return True
@@ -67,8 +72,9 @@ def release_freed_memory() -> bool:
     worker that read a 250k-record range (27 MB of values) held about 100 MiB more after it,
     and the same again after the next partition, until the next range happened to reuse it.
     A trim walks the arenas' free chunks (0.07 ms in a small process here, more with a large
-    heap), so readers call it after large ranges only (:data:`RELEASE_AFTER_RECORDS`)."""
-    trim = glibc_function("malloc_trim")
+    heap), so readers call it after large ranges only (:data:`RELEASE_AFTER_RECORDS`).
+    Without ``ORDEREDSTREAM_PROCESS_TUNING=1``: nothing, False."""
+    trim = glibc_function("malloc_trim") if process_tuning() else None
     if trim is None:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int

@@ -40,6 +40,7 @@ from orderedstream.app.job.generator import GeneratorOptions, generate
 from orderedstream.app.job.pipeline import JobOptions, make_processor
 from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.errors import ServiceError
+from orderedstream.core.jvm import bundled_jar
 from orderedstream.dev.services.kafka import KafkaBroker
 from orderedstream.dev.services.s3 import S3Server
 from orderedstream.dev.services.spark import SparkStandaloneCluster
@@ -154,6 +155,9 @@ class ChaosRun:
         log.write(f"\n=== job start {time.strftime('%X')} {' '.join(argv[3:])}\n".encode())
         log.flush()
         env = {**os.environ, **self.s3.aws_env(), "PYSPARK_PYTHON": sys.executable,
+               # On the cluster the job's session is a plain one: the shim's jar (sticky
+               # placement) is given as a user gives it, through Spark's own options.
+               **self._jars_env(),
                "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local"),
                # The job's JVM is killed on purpose: its spark-<uuid> temp folders stay in the
@@ -164,6 +168,12 @@ class ChaosRun:
                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         log.close()
         self.job_started = time.monotonic()
+
+    def _jars_env(self) -> dict[str, str]:
+        jar = bundled_jar()
+        if self.cluster is None or jar is None or "PYSPARK_SUBMIT_ARGS" in os.environ:
+            return {}
+        return {"PYSPARK_SUBMIT_ARGS": f"--jars {jar} pyspark-shell"}
 
     def job_alive(self) -> bool:
         return self.job is not None and self.job.poll() is None

@@ -31,6 +31,7 @@ from orderedstream.core.jvm import (
     share_python_workers,
 )
 from orderedstream.core.pandaslazy import keep_pandas_lazy
+from orderedstream.core.tuning import process_tuning
 from orderedstream.core.units import parse_duration_ms
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
@@ -119,7 +120,13 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     ``commit_batch``), so Spark's progress carries its figures under
     ``observedMetrics["orderedstream"]``; only when batches are placed on a cluster
     (``placement="auto"``, the shim) does it run inside ``foreachBatch`` (``process_batch``),
-    with the input's records and Kafka partitions observed instead (``observe_input``)."""
+    with the input's records and Kafka partitions observed instead (``observe_input``).
+
+    The local machine's tuning (one pool of Python workers, the warm-up job, the release of
+    the planner workers, the checkpoint file manager) comes only with the process tuning
+    (``orderedstream.core.tuning``, which the embedded local session turns on); without it
+    the query is the same query, built with public PySpark API only."""
+    tuned = process_tuning()
     keep_pandas_lazy()  # the driver's commit path builds Arrow arrays too (core.pandaslazy)
     reader = (spark.readStream.format("orderedkafka")
               .option("kafka.bootstrap.servers", opts.bootstrap)
@@ -135,7 +142,8 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
         reader = reader.option(key, value)
     processor = make_processor(opts)
     placed = processor.placement.places(spark)  # per-batch placement: the foreachBatch stage
-    shuffled = not placed and share_python_workers(spark) and opts.emit == "ranges"
+    shuffled = (tuned and not placed and opts.emit == "ranges"
+                and share_python_workers(spark))
     if shuffled:  # one task describes the batch's ranges (see below), not one per partition
         reader = reader.option("rangePartitions", "1")
     warm = shuffled and opts.warm_workers and os.environ.get("ORDEREDSTREAM_WARM_WORKERS") != "0"
@@ -172,7 +180,7 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     # Spark the interval the pack parsed.
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=f"{parse_duration_ms(opts.trigger, '--trigger')} milliseconds")
-    manager = local_checkpoint_manager(spark, opts.checkpoint)
+    manager = local_checkpoint_manager(spark, opts.checkpoint) if tuned else None
     if manager is None:
         return writer.start(), processor
     # The query creates its offset and commit logs' file manager in start(): the setting
@@ -220,6 +228,8 @@ def _batch_function(spark: Any, process: Callable[[Any, int], Any],
 
 
 def _release_planners(spark: Any) -> None:
+    if not process_tuning():
+        return
     released = release_planner_workers(spark)
     if released:
         _log.info("stopped the idle Python workers of Spark's planner runs: %s",

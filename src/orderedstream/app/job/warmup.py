@@ -28,7 +28,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orderedstream.core.jvm import map_in_arrow
 from orderedstream.core.pandaslazy import keep_pandas_lazy
 
 _log = logging.getLogger(__name__)
@@ -132,8 +131,8 @@ def warm_python_workers(spark: Any, modules: Sequence[str], *, tasks: int | None
             # function's environment, and SQL runners add one an RDD runner lacks
             # (SPARK_SIMPLIFIED_TRACEBACK), so only a SQL function's workers are the ones the
             # source's and the stage's tasks reuse.
-            results = map_in_arrow(spark.range(0, count, 1, count), _Importer(modules),
-                                   "pid long, missing string").collect()
+            results = spark.range(0, count, 1, count).mapInArrow(
+                _Importer(modules), "pid long, missing string").collect()
         except Exception as exc:  # noqa: BLE001 - the batch starts its workers itself
             warm.error = _first_line(exc)
             _log.info("Python workers not started ahead of the query: %s", warm.error)

@@ -1,5 +1,8 @@
 """Spark for the demo and the tests: a local session, or a real standalone cluster.
 
+The main job's local session (``JOB_*`` settings, the fork server) is built by
+``orderedstream.dev.embedded_session``, the one place that turns the pack's process tuning on.
+
 The standalone cluster is Spark's own Master and Workers started with pyspark's ``spark-class``:
 tasks then run in separate executor JVMs (one per worker), which is how executor loss and state
 moving between executors are exercised on one machine.
@@ -16,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orderedstream.core import forkserver
-from orderedstream.core.jvm import bundled_jar, light_numpy_converters
+from orderedstream.core import forkserver, tuning
+from orderedstream.core.jvm import bundled_jar
 from orderedstream.core.scratch import private_folder
 from orderedstream.dev.services import sparkhome
 from orderedstream.dev.services.process import ManagedProcess, free_ports, port_open, wait_until
@@ -169,7 +172,6 @@ def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
-    light_numpy_converters()  # else the first py4j call imports pandas into the driver
     builder = SparkSession.builder.master(master).appName(app_name)
     base = default_conf(tmp_dir)
     if java_options:
@@ -222,7 +224,9 @@ class SparkStandaloneCluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        # An executor gets what its application gives it (spark.executorEnv.*), not this
+        # process's process-tuning switch through the workers' environment.
+        env = {k: v for k, v in os.environ.items() if k != tuning.ENV}
         env.update(python_env())
         env.update({"SPARK_HOME": str(spark_home()), "SPARK_NO_DAEMONIZE": "1",
                     "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(self.workdir / "work"),
@@ -281,6 +285,8 @@ class SparkStandaloneCluster:
                     "spark.cores.max": str(self.cores * self.n_workers),
                     "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                     **(conf or {})}
+        if tuning.process_tuning():  # the driver's tuning reaches the executors as documented
+            settings.setdefault(f"spark.executorEnv.{tuning.ENV}", os.environ[tuning.ENV])
         return local_spark_session(app_name, master=self.url, conf=settings,
                                    tmp_dir=self.workdir / "driver-local", driver_memory="1g")
 

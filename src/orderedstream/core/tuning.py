@@ -1,0 +1,43 @@
+"""The pack's process tuning: changes to a whole Python process, off unless turned on.
+
+A library must not change the process it runs in. These changes do, so the pack makes them
+only where ``ORDEREDSTREAM_PROCESS_TUNING=1`` is in the process's environment:
+
+- glibc's malloc: one arena and a fixed 128 KiB mmap threshold, set before RocksDB starts its
+  threads (``statestore.rocksdb.options``); a heap trim (``malloc_trim``) after a large Kafka
+  range (``core.workerheap.release_freed_memory``);
+- ``gc.freeze()`` of a reused Spark worker's long-lived heap when a sink's task or call starts
+  (``core.workerheap.freeze_worker_heap``);
+- an import hook on ``sys.meta_path`` that keeps pandas out of pyarrow until something imports
+  it (``core.pandaslazy``);
+- RocksDB partitions kept open after ``close`` and handed between a machine's Python workers
+  over a Unix socket served by a daemon thread (``statestore.rocksdb.keepopen``);
+- in the main job (``app.job.pipeline``): one pool of Python workers for the source and the
+  stage, a warm-up job, the release of Spark's idle planner workers and the checkpoint file
+  manager without helper processes (through the JVM shim, ``core.jvm``).
+
+Without the variable every feature works the same, with the same guarantees; only memory and
+CPU differ. One variable reaches every process the pack's code runs in: set it in the driver's
+environment and give it to the executors' Python workers with
+``--conf spark.executorEnv.ORDEREDSTREAM_PROCESS_TUNING=1`` (in local mode the workers inherit
+the driver's environment). The embedded local session (``orderedstream.dev.embedded_session``:
+the demo, ``orderedstream run`` on a local master) turns it on for its own processes.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV = "ORDEREDSTREAM_PROCESS_TUNING"
+"""The environment variable that turns the process tuning on (``1``, ``true`` or ``yes``)."""
+
+_ON = ("1", "true", "yes", "on")
+
+
+def process_tuning() -> bool:
+    """Whether this process may be tuned (``ORDEREDSTREAM_PROCESS_TUNING=1``); read each time,
+    so a process that sets it before the pack's first use gets it."""
+    return os.environ.get(ENV, "").strip().lower() in _ON
+
+
+__all__ = ["ENV", "process_tuning"]
