@@ -23,13 +23,9 @@ def decode_schema(text: str) -> pa.Schema:
 
 def spark_to_arrow(spark_schema: object) -> pa.Schema:
     """Arrow schema of a Spark StructType (timestamps as UTC microseconds, like Spark's Arrow)."""
-    import inspect
+    from orderedstream.core.sparkcompat import to_arrow_schema_utc
 
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    if "timezone" in inspect.signature(to_arrow_schema).parameters:
-        return to_arrow_schema(spark_schema, timezone="UTC")  # type: ignore[arg-type]
-    return to_arrow_schema(spark_schema, timestamp_utc=True)  # type: ignore[arg-type,call-arg]  # Spark 4.0
+    return to_arrow_schema_utc(spark_schema)
 
 
 def evolve(table: pa.Schema | None, batch: pa.Schema, where: str,

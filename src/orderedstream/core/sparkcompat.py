@@ -9,9 +9,13 @@ and :func:`require` refuses a feature that needs the newer release with a senten
 
 from __future__ import annotations
 
+import functools
 from abc import ABC
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import pyarrow as pa
 import pyspark
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 
@@ -36,6 +40,22 @@ def require(release: tuple[int, int], feature: str) -> None:
     if SPARK_RELEASE < release:
         raise OptionError(f"{feature} needs Spark {release[0]}.{release[1]} or newer; this is "
                           f"pyspark {pyspark.__version__}")
+
+
+def _arrow_schema_utc() -> Callable[[Any], pa.Schema]:
+    """pyspark's ``to_arrow_schema`` with timestamps as UTC microseconds (like Spark's Arrow):
+    ``timezone="UTC"`` from Spark 4.1, ``timestamp_utc=True`` on Spark 4.0."""
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return functools.partial(to_arrow_schema, timezone="UTC")
+    return functools.partial(to_arrow_schema, timestamp_utc=True)  # type: ignore[call-arg]
+
+
+to_arrow_schema_utc: Callable[[Any], pa.Schema] = _arrow_schema_utc()
+"""Arrow schema of a Spark StructType, timestamps as UTC microseconds, on every release."""
 
 
 try:
@@ -83,4 +103,5 @@ except ImportError:  # Spark 4.0 and 4.1: Spark never passes a limit; these name
 
 
 __all__ = ["ADMISSION_CONTROL", "SPARK_RELEASE", "DataSourceStreamArrowWriter", "ReadAllAvailable",
-           "ReadLimit", "ReadMaxRows", "ReadMinRows", "SupportsTriggerAvailableNow", "require"]
+           "ReadLimit", "ReadMaxRows", "ReadMinRows", "SupportsTriggerAvailableNow", "require",
+           "to_arrow_schema_utc"]

@@ -29,7 +29,8 @@ from __future__ import annotations
 import os
 
 ENV = "ORDEREDSTREAM_PROCESS_TUNING"
-"""The environment variable that turns the process tuning on (``1``, ``true`` or ``yes``)."""
+"""The environment variable that turns the process tuning on: ``1``, ``true``, ``yes`` or
+``on``."""
 
 _ON = ("1", "true", "yes", "on")
 
