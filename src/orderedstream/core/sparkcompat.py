@@ -13,13 +13,15 @@ import functools
 from abc import ABC
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyspark
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 
 from orderedstream.core.errors import OptionError
+
+if TYPE_CHECKING:  # pyarrow stays out of the processes that only plan (Spark's lookup, load)
+    import pyarrow as pa
 
 
 def _release(text: str) -> tuple[int, int]:
