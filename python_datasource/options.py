@@ -273,6 +273,22 @@ def _batch_range(opts: Mapping[str, str], starting: StartSpec,
     return ending
 
 
+def unknown_option_message(key: str) -> str:
+    """What an unknown ``orderedkafka`` option is told: a Kafka client setting without its
+    ``kafka.`` prefix (a dotted name, e.g. ``bootstrap.servers``) is told the prefixed name,
+    a misspelled source option the closest one (difflib); then what is accepted."""
+    close = difflib.get_close_matches(key, list(_SOURCE_OPTIONS), n=1, cutoff=0.75)
+    if close:
+        hint = f" (did you mean '{_SOURCE_OPTIONS[close[0]]}'?)"
+    elif "." in key:
+        hint = (f" (a Kafka client setting takes the prefix 'kafka.': did you mean "
+                f"'kafka.{key}'?)")
+    else:
+        hint = ""
+    return (f"unknown option '{key}' for format 'orderedkafka'{hint}: accepted are "
+            f"{', '.join(sorted(_SOURCE_OPTIONS.values()))} and kafka.* client settings")
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> OrderedKafkaOptions:
     """Validate Spark's case-insensitive options once; raise :class:`OptionError` naming the
     option and what it accepts. ``streaming`` selects stream (True) or batch (False) defaults
@@ -282,11 +298,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Orde
     for key in opts:  # Spark's option names are case-insensitive: shown lower-cased
         if key.startswith("kafka.") or key in _SOURCE_OPTIONS or key == "path":
             continue
-        close = difflib.get_close_matches(key, list(_SOURCE_OPTIONS), n=1, cutoff=0.75)
-        hint = f" (did you mean '{_SOURCE_OPTIONS[close[0]]}'?)" if close else ""
-        raise OptionError(
-            f"unknown option '{key}' for format 'orderedkafka'{hint}: accepted are "
-            f"{', '.join(sorted(_SOURCE_OPTIONS.values()))} and kafka.* client settings")
+        raise OptionError(unknown_option_message(key))
 
     bootstrap = opts.get("kafka.bootstrap.servers")
     if not bootstrap or not str(bootstrap).strip():

@@ -66,6 +66,7 @@ class FencedParquetDataSource(DataSource):
     ``checkpointLocation`` (same query = same checkpoint), and the epoch is owned by identity.
     """
 
+    @reason_first_in_worker  # a refused option: its sentence right after Spark's prefix
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.parsed = FencedParquetOptions.from_mapping(options)

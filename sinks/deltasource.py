@@ -93,9 +93,11 @@ class DeltaCommitMessage(WriterCommitMessage):
 class FencedDeltaDataSource(DataSource):
     """Streaming sink ``format("fenceddelta")``; options as ``fencedparquet``'s."""
 
+    @reason_first_in_worker  # a refused option: its sentence right after Spark's prefix
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.parsed = replace(FencedParquetOptions.from_mapping(options), file_stats=True)
+        self.parsed = replace(FencedParquetOptions.from_mapping(options, sink="fenceddelta"),
+                              file_stats=True)
 
     @classmethod
     def name(cls) -> str:

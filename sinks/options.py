@@ -7,6 +7,7 @@ entry points accept the same names with the same errors.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,11 @@ _NAMES = {
     "metadatacompactinterval": "metadata_compact_interval",
     "maxopenfiles": "max_open_files",
 }
+
+# The names the errors list (Spark's spelling; the field names are accepted too).
+ACCEPTED = ("path", "storageOptions", "writerId", "partitionBy", "compression",
+            "compressionLevel", "rowGroupRows", "rowGroupBytes", "targetFileSize",
+            "maxOpenFiles", "metadataCompactInterval")
 
 # Options Spark itself consumes that still reach a data source's option map.
 _SPARK_OWNED = {"checkpointlocation", "queryname"}
@@ -84,25 +90,23 @@ class FencedParquetOptions:
     file_stats: bool = False
 
     @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> FencedParquetOptions:
+    def from_mapping(cls, options: Mapping[str, Any], *, sink: str = "fencedparquet",
+                     ) -> FencedParquetOptions:
         """Parse Spark-style (string) or Python options, by Spark name (``partitionBy``) or
-        field name (``partition_by``); unknown names are refused, None values ignored."""
+        field name (``partition_by``); unknown names are refused (OptionError naming the
+        closest accepted name and listing them all; ``sink``: the format named there), None
+        values ignored."""
         raw: dict[str, Any] = {}
         for key, value in options.items():
             normal = key.replace("_", "").lower()
             if normal in _SPARK_OWNED:
                 continue
             if normal not in _NAMES:
-                accepted = ", ".join(sorted({"path", "storageOptions", "writerId", "partitionBy",
-                                             "compression", "compressionLevel", "rowGroupRows",
-                                             "rowGroupBytes",
-                                             "targetFileSize", "maxOpenFiles",
-                                             "metadataCompactInterval"}))
-                raise OptionError(f"unknown fencedparquet option {key!r}; accepted: {accepted}")
+                raise OptionError(unknown_option_message(sink, key))
             if value is not None:
                 raw[_NAMES[normal]] = value
         if not raw.get("path"):
-            raise OptionError("fencedparquet needs option 'path' (the table root URL, e.g. "
+            raise OptionError(f"{sink} needs option 'path' (the table root URL, e.g. "
                               "s3://bucket/table or /data/table)")
         storage = raw.get("storage_options", {})
         if isinstance(storage, str):
@@ -140,3 +144,13 @@ class FencedParquetOptions:
             metadata_compact_interval=_positive_int(
                 "metadataCompactInterval", raw.get("metadata_compact_interval", 10), 10),
         )
+
+
+def unknown_option_message(sink: str, key: str) -> str:
+    """``unknown <sink> option 'key' (did you mean 'close'?); accepted: ...``: the hint when
+    an accepted name is close (difflib; Spark hands option names over lower-cased)."""
+    by_normal = {name.lower(): name for name in ACCEPTED}
+    close = difflib.get_close_matches(key.replace("_", "").lower(), list(by_normal), n=1,
+                                      cutoff=0.7)
+    hint = f" (did you mean {by_normal[close[0]]!r}?)" if close else ""
+    return f"unknown {sink} option {key!r}{hint}; accepted: {', '.join(sorted(ACCEPTED))}"

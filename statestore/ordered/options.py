@@ -153,10 +153,22 @@ class OrderedOptions:
         """Raise a clear error when the input DataFrame lacks a column the stage needs."""
         missing = [c for c in self.required_columns() if c not in names]
         if missing:
+            origins = [self._asked_by(c) for c in missing]
+            asked = f" (asked by {', '.join(dict.fromkeys(origins))})"
             raise OptionError(
-                f"the ordered stage needs input columns {missing}, the batch has {names}. "
-                "Feed it the orderedkafka source's rows (topic, partition, offset, key, ...) "
-                "or set key=/columns=/EventTimeTimeout(column=) to existing columns")
+                f"the ordered stage needs input columns {missing}{asked}, the batch has "
+                f"{names}. Feed it the orderedkafka source's rows (topic, partition, offset, "
+                "key, ...) or set key=/columns=/EventTimeTimeout(column=) to existing columns")
+
+    def _asked_by(self, column: str) -> str:
+        """Which option makes the stage read ``column`` (for check_input's error)."""
+        if column == self.key:
+            return f"key={column!r}"
+        if isinstance(self.timeout, EventTimeTimeout) and column == self.timeout.column:
+            return f"EventTimeTimeout(column={column!r})"
+        if self.columns is not None and column in self.columns:
+            return "columns=..."
+        return "the Kafka coordinates"
 
     def check_locations(self) -> None:
         """State and output locations can be written: LocationError naming the URL (a missing

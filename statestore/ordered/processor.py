@@ -56,6 +56,7 @@ from orderedstream.core.errors import (
     raise_reason_first,
 )
 from orderedstream.core.storage import private_options
+from orderedstream.core.worker_errors import reason_first_in_callback
 from orderedstream.python_datasource.client_config import secrets_from_options
 from orderedstream.python_datasource.ranges import is_range_columns
 from orderedstream.sinks.commit import prepare_batch
@@ -76,6 +77,11 @@ from orderedstream.statestore.ordered.plan import (
     bases_from_extra,
     partition_id,
     split_partition_id,
+)
+from orderedstream.statestore.ordered.precheck import (
+    check_buckets,
+    check_input_columns,
+    check_picklable,
 )
 from orderedstream.statestore.ordered.retention import (
     DEFAULT_CLEANUP_INTERVAL_BATCHES,
@@ -161,6 +167,7 @@ class OrderedStateful:
                  ) -> None:
         if not callable(func):
             raise OptionError(f"OrderedStateful(func=...) must be callable, got {func!r}")
+        check_picklable(func)  # here, not in batch 0's report (statestore.ordered.precheck)
         self.func = func
         if max_tasks is not None and (isinstance(max_tasks, bool) or not isinstance(
                 max_tasks, int) or max_tasks < 0):
@@ -176,6 +183,7 @@ class OrderedStateful:
             storage_options=storage_options or {}, query_name=writer_id,
             writer_options=writer_options or {}, store_options=store_options or {},
             checkpoint_location=checkpoint_location, placement=placement)
+        check_buckets(self.options)
         self.sink = FencedParquetOptions.from_mapping({
             "row_group_rows": DEFAULT_ROW_GROUP_ROWS, **dict(writer_options or {}),
             "path": self.options.output, "storage_options": self.options.storage_options,
@@ -294,8 +302,10 @@ class OrderedStateful:
         """
         from orderedstream.statestore.ordered.inplan_driver import apply_stage
 
+        check_input_columns(self.options, df.columns)  # before the query starts
         return apply_stage(self, df, name=name)
 
+    @reason_first_in_callback  # the pack's sentence right after Spark's prefix
     def commit_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
         """``foreachBatch`` function of a query written from :meth:`apply`: runs batch
         ``batch_id``'s stage (one Spark job) and commits it exactly once."""
@@ -308,6 +318,7 @@ class OrderedStateful:
             raise
 
     # ---- the foreachBatch function -----------------------------------------------------
+    @reason_first_in_callback  # the pack's sentence right after Spark's prefix
     def process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
         """Process micro-batch ``batch_id`` exactly once; use as ``foreachBatch``'s function.
 
@@ -358,8 +369,7 @@ class OrderedStateful:
         if not isinstance(prepared, DeltaPrepared):
             self._epoch = prepared.epoch
         self.check_new_output()
-        if not ranges:
-            self.options.check_input(list(batch_df.columns))
+        check_input_columns(self.options, batch_df.columns)
         bases = self.partition_states()  # of the latest batch, older than this one
         now_ms = int(time.time() * 1000)
         plan = BatchPlan(batch_id=batch_id, processing_time_ms=now_ms, bases=bases)

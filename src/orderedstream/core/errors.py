@@ -227,6 +227,32 @@ def raise_reason_first(exc: BaseException, where: str) -> NoReturn:
     raise first from head
 
 
+def reason_head(exc: OrderedStreamError) -> OrderedStreamError:
+    """``exc`` arranged so a printed trace (``traceback.format_exc``, which Spark quotes for a
+    ``foreachBatch`` callback's error) starts with its sentence: its cause becomes a copy of
+    it with the message only (no frames: Python prints a cause first), and what caused it
+    before (a botocore error, Spark's trace) a note after the message, its first line only,
+    kept as ``original_cause``. An error already arranged so (by :func:`raise_reason_first`)
+    is returned as it is. Returns ``exc``."""
+    cause = exc.__cause__
+    if isinstance(cause, OrderedStreamError) and cause.__traceback__ is None:
+        return exc  # already headed
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    try:
+        head: BaseException = type(exc)(text)
+    except Exception:  # noqa: BLE001 - a subclass with another constructor
+        head = OrderedStreamError(f"{type(exc).__name__}: {text}")
+    before = cause if cause is not None else (
+        None if exc.__suppress_context__ else exc.__context__)
+    if before is not None:
+        lines = str(before).strip().splitlines()
+        exc.add_note(f"(caused by {type(before).__name__}: {lines[0][:300] if lines else ''})")
+        exc.original_cause = before  # type: ignore[attr-defined]
+    exc.__cause__ = head
+    exc.__suppress_context__ = True
+    return exc
+
+
 def _spark_report(exc: BaseException) -> str:
     desc = getattr(exc, "desc", None)
     return (desc if isinstance(desc, str) and desc else str(exc)).strip()

@@ -8,6 +8,12 @@ start some 600 characters in. ``reason_first_in_worker`` re-raises
 the pack's own errors from ONE frame whose file name is short, with no source line and no
 chained context: the sentence then starts within about 200 characters of Spark's message.
 Other exceptions pass through untouched, with their full traceback.
+
+``reason_first_in_callback`` does the same for a ``foreachBatch`` function (driver side):
+Spark quotes the callback's whole printed trace after its prefix (``[STREAM_FAILED] ...
+[FOREACH_BATCH_USER_FUNCTION_ERROR] ... Return Message:``, about 315 characters), where the
+pack's sentence came last, after every frame and chained cause. The pack's errors leave the
+callback headed by their own sentence (``core.errors.reason_head``), frames kept after it.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from orderedstream.core.errors import OrderedStreamError
+from orderedstream.core.errors import OrderedStreamError, reason_head
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,10 +56,26 @@ def reason_first_in_worker_iter(func: F) -> F:
     return _wrapped(_ITER_WRAPPER, func)
 
 
+def reason_first_in_callback(func: F) -> F:
+    """Wrap a ``foreachBatch`` function (or a method used as one) so a pack error it raises
+    is headed by its sentence (:func:`orderedstream.core.errors.reason_head`): in the
+    ``StreamingQueryException`` the user's query raises it then comes right after Spark's
+    prefix. Other exceptions pass unchanged; the name and docstring are kept."""
+
+    @functools.wraps(func)
+    def callback(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except OrderedStreamError as exc:
+            raise reason_head(exc)  # noqa: B904 - the head is set as the cause
+
+    return callback  # type: ignore[return-value]
+
+
 def _wrapped(code: Any, func: F) -> F:
     namespace: dict[str, Any] = {"func": func, "OrderedStreamError": OrderedStreamError}
     exec(code, namespace)  # noqa: S102 - a fixed, module-level code object
     return functools.wraps(func)(namespace["hook"])  # type: ignore[return-value]
 
 
-__all__ = ["reason_first_in_worker", "reason_first_in_worker_iter"]
+__all__ = ["reason_first_in_callback", "reason_first_in_worker", "reason_first_in_worker_iter"]
