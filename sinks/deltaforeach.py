@@ -33,6 +33,7 @@ import pyarrow as pa
 from orderedstream.core.commitlog import CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import CommitConflictError
+from orderedstream.core.worker_errors import reason_first_in_callback
 from orderedstream.sinks.deltacommit import (
     DEFAULT_CHECKPOINT_INTERVAL,
     DeltaCommitter,
@@ -97,6 +98,7 @@ class DeltaBatchWriter:
         self.last_record: CommitRecord | None = None
         self.skipped: list[int] = []
 
+    @reason_first_in_callback  # the pack's sentence right after Spark's prefix
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         batch_id = int(batch_id)
         query_id = streaming_query_id(batch_df)

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
 from orderedstream.core.datafile import DataFile
+from orderedstream.core.worker_errors import reason_first_in_callback
 from orderedstream.sinks.commit import prepare_batch, publish_batch
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import spark_to_arrow
@@ -81,6 +82,7 @@ class FencedParquetBatchWriter:
         self.epoch = self.log.claim_epoch(self.options.writer_id)
         return self.epoch
 
+    @reason_first_in_callback  # the pack's sentence right after Spark's prefix
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         prepared = prepare_batch(self.log, self.options, batch_id,
                                  spark_to_arrow(batch_df.schema), epoch=self.epoch,

@@ -190,7 +190,8 @@ def error_first(exc: BaseException, *, log_path: Path | None = None) -> str:
     where = f"\n(full log: {log_path})" if log_path else ""
     if isinstance(exc, OrderedStreamError):
         head = f"orderedstream: {type(exc).__name__}: {exc}"
-        cause = getattr(exc, "spark_error", None) or exc.__cause__
+        cause = (getattr(exc, "spark_error", None) or getattr(exc, "original_cause", None)
+                 or exc.__cause__)  # original_cause: core.errors.reason_head
         tail = "" if cause is None else (
             f"\n\n--- cause ---\n{type(cause).__name__}: {_exception_text(cause).strip()}")
         return f"{head}{where}{tail}\n"
@@ -237,7 +238,8 @@ def environment_error(exc: BaseException) -> BaseException | None:
                 f"Kafka does not answer ({text}): check --bootstrap-servers and that the "
                 "brokers are up and reachable from here")
         else:
-            current = current.__cause__ or current.__context__
+            current = (getattr(current, "original_cause", None) or current.__cause__
+                       or current.__context__)
             continue
         error.__cause__ = current
         return error

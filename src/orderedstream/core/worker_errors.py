@@ -22,7 +22,13 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from orderedstream.core.errors import OrderedStreamError, reason_head
+from orderedstream.core.errors import (
+    OrderedStreamError,
+    pack_error_in,
+    raise_reason_first,
+    reason_head,
+    user_function_error_in,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,9 +64,10 @@ def reason_first_in_worker_iter(func: F) -> F:
 
 def reason_first_in_callback(func: F) -> F:
     """Wrap a ``foreachBatch`` function (or a method used as one) so a pack error it raises
-    is headed by its sentence (:func:`orderedstream.core.errors.reason_head`): in the
-    ``StreamingQueryException`` the user's query raises it then comes right after Spark's
-    prefix. Other exceptions pass unchanged; the name and docstring are kept."""
+    is headed by its sentence (:func:`orderedstream.core.errors.reason_head`), and Spark's
+    error carrying one (a task's failure) is re-raised as it (``raise_reason_first``): in
+    the ``StreamingQueryException`` the user's query raises it then comes right after
+    Spark's prefix. Other exceptions pass unchanged; the name and docstring are kept."""
 
     @functools.wraps(func)
     def callback(*args: Any, **kwargs: Any) -> Any:
@@ -68,6 +75,10 @@ def reason_first_in_callback(func: F) -> F:
             return func(*args, **kwargs)
         except OrderedStreamError as exc:
             raise reason_head(exc)  # noqa: B904 - the head is set as the cause
+        except Exception as exc:  # Spark's error for the pack's code on executors
+            if pack_error_in(exc) is None and user_function_error_in(exc) is None:
+                raise
+            raise_reason_first(exc, f"in {func.__qualname__}")
 
     return callback  # type: ignore[return-value]
 

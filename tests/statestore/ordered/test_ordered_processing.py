@@ -294,22 +294,22 @@ def test_streaming_query_on_orderedkafka_with_a_restart(spark, kafka, topic, s3,
 
 
 @pytest.mark.parametrize("which", ["state", "output"])
-def test_check_locations_names_an_unwritable_location(spark, s3, s3_url, tmp_path,
-                                                      which) -> None:
-    """A state or output location in a bucket that does not exist: ``check_locations()``
-    (what ``orderedstream run`` calls before it starts a query) raises LocationError naming
-    it. The batches themselves do not probe: an S3 client of the driver's own costs about
-    0.3 CPU-s, and the tasks' own errors name the location."""
+def test_a_missing_bucket_is_named_at_construction(spark, s3, s3_url, tmp_path,
+                                                   which) -> None:
+    """A state or output location in a bucket that does not exist: ``OrderedStateful(...)``
+    raises LocationError naming it (one HEAD of the bucket, through the filesystem the
+    driver uses anyway); ``check_locations()`` (what ``orderedstream run`` calls before it
+    starts a query) also probes that the locations can be written."""
     from orderedstream.core.errors import LocationError
 
     bad = f"s3://no-such-bucket-{time.time_ns()}/{which}"
-    proc = OrderedStateful(
-        check_order, state_location=bad if which == "state" else f"{s3_url}/state",
-        output=bad if which == "output" else f"{s3_url}/out", output_schema=ORDER_SCHEMA,
-        storage_options=s3.storage_options, store_options={"local_dir": str(tmp_path / "l")})
     with pytest.raises(LocationError, match=f"ordered {which} location '{bad}': bucket "
                                             "'no-such-bucket-.*' does not exist at http"):
-        proc.check_locations()
+        OrderedStateful(
+            check_order, state_location=bad if which == "state" else f"{s3_url}/state",
+            output=bad if which == "output" else f"{s3_url}/out", output_schema=ORDER_SCHEMA,
+            storage_options=s3.storage_options,
+            store_options={"local_dir": str(tmp_path / "l")})
     OrderedStateful(check_order, state_location=f"{s3_url}/state", output=f"{s3_url}/out",
                     output_schema=ORDER_SCHEMA, storage_options=s3.storage_options
                     ).check_locations()  # writable: no error
