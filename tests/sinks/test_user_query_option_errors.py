@@ -4,6 +4,7 @@ Spark's own prefix, names the option, suggests the close name and lists what is 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,6 @@ def test_a_misspelled_option_of_a_streaming_sink_is_named_first(spark, s3_table,
     spark.dataSource.register(FencedDeltaDataSource)
     url, opts = s3_table(sink)
     source = make_input(tmp_path / "in", 1)
-    import json
-
     with pytest.raises(Exception) as failed:
         query = (stream(spark, source).writeStream.format(sink).option("path", url)
                  .option("storageOptions", json.dumps(opts)).option("partitonBy", "k")
@@ -59,6 +58,7 @@ def test_a_misspelled_option_of_a_streaming_sink_is_named_first(spark, s3_table,
     at = reason_index(failed.value, _sentence(sink))
     assert at <= REASON_WITHIN, str(failed.value)[:3000]
     text = str(failed.value)
+    print(f"reason at {at} of {len(text)}: {sink} stream")
     for accepted in ("compression", "targetFileSize", "writerId"):
         assert accepted in text[at:at + 400]
 
@@ -74,3 +74,4 @@ def test_a_misspelled_option_of_a_batch_write_is_named_first(spark, tmp_path: Pa
          .mode("append").save())
     at = reason_index(failed.value, _sentence(sink))
     assert at <= REASON_WITHIN, str(failed.value)[:3000]
+    print(f"reason at {at} of {len(str(failed.value))}: {sink} batch write")
