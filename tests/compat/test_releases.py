@@ -202,3 +202,14 @@ def test_sinks_fenceddelta_fencedparquet_and_the_delta_batch_writer(spark, kafka
     parquet = FencedTable(urls["parquet"], opts).to_arrow()
     assert sorted(zip(parquet["partition"].to_pylist(), parquet["offset"].to_pylist())) == \
         sorted((p, o) for p, end in kafka.end_offsets(name).items() for o in range(end))
+
+
+def test_the_jvm_archive_training_stream_runs(spark, tmp_path) -> None:
+    """The JVM archive's training workload: a Python stream reader written for every release."""
+    from orderedstream.dev.services._cds_training import TICKS, run_training
+
+    run_training(spark, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "checkpoint" / "commits").iterdir()
+                  if not p.name.startswith(".")) == ["0"]
+    assert json.loads((tmp_path / "checkpoint" / "offsets" / "0").read_text().splitlines()[-1]
+                      ) == {"n": TICKS}
