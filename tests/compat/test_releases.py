@@ -112,9 +112,10 @@ def test_source_batch_and_stream_reads_every_record_once_in_order(spark, kafka, 
 def test_rate_limits_work_or_name_the_spark_release_they_need(spark, kafka, topic,
                                                                tmp_path) -> None:
     name = topic(partitions=1)
-    if not ADMISSION_CONTROL:
-        with pytest.raises(Exception, match=r"option 'maxOffsetsPerTrigger' .* needs Spark 4\.2"):
-            _stream(spark, kafka, name, maxOffsetsPerTrigger="10")
+    if not ADMISSION_CONTROL:  # refused at load(), before any query starts
+        for option in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger"):
+            with pytest.raises(Exception, match=rf"option '{option}' .* needs Spark 4\.2"):
+                _stream(spark, kafka, name, **{option: "10"})
         return
     assert kafka.produce(name, _records(0, 50)) == 50
     batches: list[int] = []

@@ -69,7 +69,9 @@ def delta_spark(spark_sessions: Any) -> Any:
     spark_sessions.close_session()
     conf = {"spark.jars.packages": package, "spark.jars.ivy": str(IVY),
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            # Delta rebuilds each snapshot in 50 partitions by default: 50 tasks on 2 cores
+            "spark.databricks.delta.snapshotPartitions": "2"}
     spark_sessions.session = local_spark_session("orderedstream-delta-spark", conf=conf,
                                                  tmp_dir=spark_sessions.root / "delta")
     spark_sessions.mode = "delta-spark"
