@@ -112,9 +112,10 @@ def test_source_batch_and_stream_reads_every_record_once_in_order(spark, kafka, 
 def test_rate_limits_work_or_name_the_spark_release_they_need(spark, kafka, topic,
                                                                tmp_path) -> None:
     name = topic(partitions=1)
-    if not ADMISSION_CONTROL:
-        with pytest.raises(Exception, match=r"option 'maxOffsetsPerTrigger' .* needs Spark 4\.2"):
-            _stream(spark, kafka, name, maxOffsetsPerTrigger="10")
+    if not ADMISSION_CONTROL:  # refused at load(), before any query starts
+        for option in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger"):
+            with pytest.raises(Exception, match=rf"option '{option}' .* needs Spark 4\.2"):
+                _stream(spark, kafka, name, **{option: "10"})
         return
     assert kafka.produce(name, _records(0, 50)) == 50
     batches: list[int] = []
@@ -202,3 +203,14 @@ def test_sinks_fenceddelta_fencedparquet_and_the_delta_batch_writer(spark, kafka
     parquet = FencedTable(urls["parquet"], opts).to_arrow()
     assert sorted(zip(parquet["partition"].to_pylist(), parquet["offset"].to_pylist())) == \
         sorted((p, o) for p, end in kafka.end_offsets(name).items() for o in range(end))
+
+
+def test_the_jvm_archive_training_stream_runs(spark, tmp_path) -> None:
+    """The JVM archive's training workload: a Python stream reader written for every release."""
+    from orderedstream.dev.services._cds_training import TICKS, run_training
+
+    run_training(spark, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "checkpoint" / "commits").iterdir()
+                  if not p.name.startswith(".")) == ["0"]
+    assert json.loads((tmp_path / "checkpoint" / "offsets" / "0").read_text().splitlines()[-1]
+                      ) == {"n": TICKS}

@@ -4,6 +4,7 @@ every release through delta-rs (the committed files, or Arrow into ``createDataF
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,13 @@ from tests.compat.test_releases import _exact, _run, _stage, _stream, _twice
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.compat
 
-DELTA_SPARK = {(4, 2): "io.delta:delta-spark_4.2_2.13:4.4.0"}
-"""Spark release -> the delta-spark build for it on Maven Central (4.4.0 is built for 4.2)."""
+DELTA_SPARK = {(4, 0): "io.delta:delta-spark_4.0_2.13:4.4.0",
+               (4, 1): "io.delta:delta-spark_4.1_2.13:4.4.0",
+               (4, 2): "io.delta:delta-spark_4.2_2.13:4.4.0"}
+"""Spark release -> the delta-spark build for it on Maven Central (Delta 4.4.0 is built for
+Spark 4.0, 4.1 and 4.2, one artifact each; none yet for 4.3)."""
+IVY = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orderedstream" / "ivy"
+"""Ivy's cache of the delta-spark jars (``spark.jars.ivy``): downloaded once per machine."""
 
 
 def _ordered_output(spark: Any, kafka: Any, topic: Any, tmp_path: Path,
@@ -61,9 +67,11 @@ def delta_spark(spark_sessions: Any) -> Any:
     if package is None:
         pytest.skip(f"no delta-spark release on Maven Central supports Spark {SPARK_RELEASE}")
     spark_sessions.close_session()
-    conf = {"spark.jars.packages": package,
+    conf = {"spark.jars.packages": package, "spark.jars.ivy": str(IVY),
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            # Delta rebuilds each snapshot in 50 partitions by default: 50 tasks on 2 cores
+            "spark.databricks.delta.snapshotPartitions": "2"}
     spark_sessions.session = local_spark_session("orderedstream-delta-spark", conf=conf,
                                                  tmp_dir=spark_sessions.root / "delta")
     spark_sessions.mode = "delta-spark"

@@ -11,11 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    SupportsTriggerAvailableNow,
-)
+
+from orderedstream.core.sparkcompat import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
 
 TICKS = 4
 
@@ -44,7 +41,8 @@ class TickReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         return None
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        # Spark 4.2+ passes the start and the limit; 4.0 and 4.1 call latestOffset() alone.
         return {"n": TICKS}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
