@@ -59,8 +59,8 @@ signal.signal(signal.SIGTERM, _terminate)
 SERVICE_FIXTURES = frozenset({"kafka", "make_kafka", "s3", "make_s3", "s3_url", "s3_table", "topic",
                               "spark", "spark_sessions", "spark_cluster", "cluster_spark",
                               "services_dir", "shim_jar"})
-#: Folders whose tests start services or processes of their own.
-SERVICE_FOLDERS = ("foundation", "chaos", "shim", "job")
+#: Folders (and top-level modules) whose tests start services or processes of their own.
+SERVICE_FOLDERS = ("foundation", "chaos", "shim", "job", "test_docs_examples.py")
 
 
 def _needs_services(item: pytest.Item) -> bool:
