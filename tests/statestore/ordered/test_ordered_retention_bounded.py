@@ -84,6 +84,7 @@ def test_retention_keeps_the_state_objects_bounded(spark, kafka, topic, s3, s3_u
         result = plain.cleanup_state(keep_batches=keep)
         figures[f"after_cleanup_keep_{keep}"] = {**_objects(plain),
                                                  "deleted": result.deleted}
+    assert figures["after_cleanup_keep_10"]["manifests"] == PARTITIONS * 10
     assert figures["after_cleanup_keep_1"]["manifests"] == PARTITIONS
     # Restart on an empty local dir from the latest record only: state is complete.
     fresh = processor(f"{s3_url}-a", "a-fresh")
@@ -115,3 +116,5 @@ def test_retention_keeps_the_state_objects_bounded(spark, kafka, topic, s3, s3_u
         with open(os.environ["RETENTION_FIGURES"], "w") as handle:
             handle.write(text)
     assert figures["auto_keep_10_every_5"]["manifests"] < figures["no_cleanup"]["manifests"]
+    # bounded: the kept batches plus those since the last cleanup, per partition
+    assert figures["auto_keep_10_every_5"]["manifests"] <= PARTITIONS * (10 + 5)
