@@ -24,6 +24,7 @@ from tests.fixtures import (  # noqa: F401
     spark,
     spark_cluster,
     spark_sessions,
+    target,
     topic,
 )
 
@@ -60,7 +61,7 @@ SERVICE_FIXTURES = frozenset({"kafka", "make_kafka", "s3", "make_s3", "s3_url", 
                               "spark", "spark_sessions", "spark_cluster", "cluster_spark",
                               "services_dir", "shim_jar"})
 #: Folders (and top-level modules) whose tests start services or processes of their own.
-SERVICE_FOLDERS = ("foundation", "chaos", "shim", "job", "test_docs_examples.py")
+SERVICE_FOLDERS = ("dev", "chaos", "shim", "job", "test_docs_examples.py")
 
 
 def _needs_services(item: pytest.Item) -> bool:
