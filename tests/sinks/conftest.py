@@ -1,23 +1,14 @@
-"""Fixtures for the sink tests: one table location per storage target (local and real S3)."""
+"""Fixtures for the sink tests: a table location on real S3 (``target``, local or S3, is
+shared: tests/fixtures.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fixtures import unique
-
-
-@pytest.fixture(params=["local", "s3"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], tuple[str, dict]]:
-    """Factory: ``target(name) -> (url, storage_options)`` on a local dir or SeaweedFS S3."""
-    if request.param == "local":
-        return lambda name: (str(tmp_path / unique(name)), {})
-    s3 = request.getfixturevalue("s3")
-    return lambda name: (s3.url(unique(name)), s3.storage_options)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orderedstream.core.errors import ServiceError
+from orderedstream.core.scratch import private_folder
 from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.dev.services.process import ManagedProcess, free_ports, wait_until
 
@@ -108,11 +109,17 @@ class S3Server:
 
     def _sockets(self) -> Path:
         """The folder of the server's Unix sockets: the work folder, or a private folder in
-        the temporary directory when a socket's path there would be too long."""
-        if len(str(self.workdir / "seaweedfs-filer-65535.sock")) <= _SOCKET_PATH_MAX:
+        the temporary directory (or ``/tmp`` when ``$TMPDIR`` is long too) when a socket's
+        path there would be too long."""
+        longest = "seaweedfs-filer-65535.sock"
+        if len(str(self.workdir / longest)) <= _SOCKET_PATH_MAX:
             return self.workdir
         if self._socket_dir is None:
-            self._socket_dir = Path(tempfile.mkdtemp(prefix="orderedstream-s3-"))
+            self._socket_dir = private_folder("orderedstream-s3-", longest_name=len(longest))
+        if self._socket_dir is None:
+            raise ServiceError(f"SeaweedFS S3 in {self.workdir}: no folder for its Unix sockets "
+                               f"whose paths fit {_SOCKET_PATH_MAX} bytes, neither in "
+                               f"{tempfile.gettempdir()} nor in /tmp")
         return self._socket_dir
 
     def _start(self, timeout: float) -> None:

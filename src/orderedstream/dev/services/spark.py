@@ -95,7 +95,7 @@ the one-batch peer run. Off, in turns with on (the same decision record): the JV
 3.8 / 3.8 CPU-s against 4.1 / 4.3, the run 0.4 s shorter, the 12 x 100 batch's p50 unchanged.
 A job whose records cross the JVM (``emit=records``) should not run with these two settings.
 ``factoryMode`` is one of Spark's internal settings (its SQLConf: not meant for end users);
-``tests/foundation/test_job_session.py`` checks that this Spark still has it and that a plan
+``tests/dev/test_job_session.py`` checks that this Spark still has it and that a plan
 under these settings has no generated code, so an upgrade that drops it is noticed.
 
 The JVM talks to its Python processes over Unix domain sockets, not TCP on localhost: the

@@ -138,9 +138,11 @@ def test_s3_first_start_picks_new_ports_when_one_was_taken(tmp_path: Path) -> No
             server.stop()
 
 
-def _seaweed_litter() -> set[str]:
+def _seaweed_litter(ports: set[int]) -> set[str]:
     """What ``weed mini`` leaves in the temporary directory when left to its defaults: glog
-    files, Unix sockets, WebDAV chunk cache folders (8 hex digits holding ``c0_2_0.dat``...)."""
+    files, Unix sockets, WebDAV chunk cache folders (8 hex digits holding ``c0_2_0.dat``...).
+    Sockets count only when named with one of ``ports`` (the server under test's): other
+    servers on the machine keep theirs there too."""
     import re
     import tempfile
 
@@ -148,12 +150,23 @@ def _seaweed_litter() -> set[str]:
     found = set()
     for entry in root.iterdir():
         name = entry.name
-        if name.startswith(("weed.", "seaweedfs-", "orderedstream-s3-")):
+        if name.startswith("seaweedfs-"):
+            port = re.search(r"-(\d+)\.sock$", name)
+            if port is None or int(port.group(1)) in ports:
+                found.add(name)
+        elif name.startswith(("weed.", "orderedstream-s3-")):
             found.add(name)
         elif re.fullmatch(r"[0-9a-f]{8}", name) and entry.is_dir() and any(
                 child.name.startswith("c0_") for child in entry.iterdir()):
             found.add(name)
     return found
+
+
+def _ports_of(server: object) -> set[int]:
+    """``server``'s ports and their gRPC ports (HTTP port + 10000)."""
+    ports = {getattr(server, name) for name in
+             ("port", "master_port", "volume_port", "filer_port", "webdav_port", "admin_port")}
+    return ports | {port + 10000 for port in ports}
 
 
 def _seaweed_sockets_of(server: object) -> list[Path]:
@@ -177,11 +190,11 @@ def test_s3_server_leaves_nothing_in_the_temporary_directory(tmp_path: Path, dee
 
     from orderedstream.dev.services.s3 import S3Server
 
-    before = _seaweed_litter()
     # tmp_path's length depends on pytest's base folder: the short case makes its own.
     short = Path(tempfile.mkdtemp(prefix="s3t-"))
     workdir = tmp_path / ("d" * 100) if deep else short / "s3"
     server = S3Server(workdir)
+    before = _seaweed_litter(_ports_of(server))
     server.start()
     try:
         fs = server.filesystem()
@@ -206,7 +219,7 @@ def test_s3_server_leaves_nothing_in_the_temporary_directory(tmp_path: Path, dee
     finally:
         server.stop()
         shutil.rmtree(short, ignore_errors=True)
-    assert _seaweed_litter() - before == set()
+    assert _seaweed_litter(_ports_of(server)) - before == set()
 
 
 def test_local_spark_runs_python_workers_from_this_venv(spark) -> None:

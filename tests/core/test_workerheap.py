@@ -13,7 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orderedstream.core.workerheap import freeze_worker_heap, in_reused_worker
+from orderedstream.core.workerheap import (
+    freeze_worker_heap,
+    in_reused_worker,
+    release_freed_memory,
+)
 
 
 def test_a_writing_task_freezes_its_workers_heap_and_writes_the_same_rows(spark: Any,
@@ -63,3 +67,14 @@ def test_outside_a_reused_spark_worker_nothing_is_frozen(monkeypatch: pytest.Mon
     monkeypatch.setenv("SPARK_REUSE_WORKER", "")
     assert in_reused_worker() is False
     assert gc.get_freeze_count() == before
+
+
+def test_this_c_library_can_trim() -> None:
+    """Linux with glibc, as CI and the services run: the readers' trim after a large range
+    (what it gives back: ``scripts/bench --only readerheap``); off without process tuning."""
+    assert release_freed_memory() is True  # the suite runs with ORDEREDSTREAM_PROCESS_TUNING=1
+
+
+def test_without_process_tuning_nothing_is_trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ORDEREDSTREAM_PROCESS_TUNING", raising=False)
+    assert release_freed_memory() is False
