@@ -146,9 +146,10 @@ class ChaosRun:
                 "--bootstrap-servers", self.opts.bootstrap, "--output", self.opts.output,
                 "--state", self.opts.state_location, "--checkpoint", self.opts.checkpoint,
                 "--topic-pattern", self.opts.topic_pattern, "--s3-endpoint", self.proxy.endpoint,
-                "--master", self.cluster.url if self.cluster else "local[2,4]",
                 "--trigger", "1 second", "--progress-every", "5",
                 "--max-offsets-per-trigger", str(self.max_offsets)]
+        if self.cluster is not None:  # a plain session on the cluster; else the embedded one
+            argv += ["--master", self.cluster.url]
         if available_now:
             argv.append("--available-now")
         log = open(self.workdir / "job.log", "ab")  # noqa: SIM115 - owned by the child
