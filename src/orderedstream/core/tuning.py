@@ -23,7 +23,7 @@ CPU differ. One variable reaches every process the pack's code runs in: set it i
 environment and give it to the executors' Python workers with
 ``--conf spark.executorEnv.ORDEREDSTREAM_PROCESS_TUNING=1`` (in local mode the workers inherit
 the driver's environment). The embedded local session (``orderedstream.dev.embedded_session``:
-the demo, ``orderedstream run`` on a local master) turns it on for its own processes.
+the demo, ``orderedstream run`` without ``--master``) turns it on for its own processes.
 """
 
 from __future__ import annotations

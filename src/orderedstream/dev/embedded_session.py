@@ -1,8 +1,8 @@
 """The embedded local session: the main job's Spark tuned for one machine, and the only place
 that turns the pack's process tuning on.
 
-``orderedstream demo`` and ``orderedstream run`` on a local master (no ``--master``, or
-``local[...]``) run the job in this session. It is the pack's own process, so it may change it:
+``orderedstream demo`` and ``orderedstream run`` without ``--master`` run the job in this
+session. It is the pack's own process, so it may change it:
 
 - ``ORDEREDSTREAM_PROCESS_TUNING=1`` in the driver's environment, and so in the driver JVM's
   and every Python process it starts (``orderedstream.core.tuning`` lists what that turns on);
