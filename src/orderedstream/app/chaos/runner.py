@@ -106,7 +106,7 @@ class ChaosRun:
 
     def __init__(self, workdir: Path, faults: int, seed: int, gen: GeneratorOptions,
                  max_offsets_per_trigger: int = 1500, out: Any = print,
-                 cluster: bool = False) -> None:
+                 cluster: bool = False, batch_timeout: float = 300.0) -> None:
         self._stop_producing = threading.Event()
         self.cluster: SparkStandaloneCluster | None = (
             SparkStandaloneCluster(workdir / "spark-cluster") if cluster else None)
@@ -115,6 +115,7 @@ class ChaosRun:
         self.rng = random.Random(seed)
         self.gen = gen
         self.max_offsets = max_offsets_per_trigger
+        self.batch_timeout = batch_timeout
         self.out = out
         self.report = ChaosReport()
         self.kafka = KafkaBroker(workdir / "kafka")
@@ -191,7 +192,7 @@ class ChaosRun:
             self.report.job_restarts += 1
             self.start_job()
         before = self._latest_batch()
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + self.batch_timeout
         while time.monotonic() < deadline:
             latest = self._latest_batch()
             if latest > before >= -1 or (latest >= 0 and before == -2):
@@ -202,7 +203,8 @@ class ChaosRun:
                 self.report.job_restarts += 1
                 self.start_job()
             time.sleep(0.5)
-        raise RuntimeError(f"the job committed no batch for 300s; see {self.workdir}/job.log")
+        raise RuntimeError(f"the job committed no batch for {self.batch_timeout:.0f}s (a start "
+                           f"and its first batch; --batch-timeout); see {self.workdir}/job.log")
 
     # ---- faults --------------------------------------------------------------------------------
     def inject(self, fault: str) -> None:
@@ -399,6 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", action="store_true",
                         help="run the job on a Spark standalone cluster (2 workers) and also "
                              "kill cluster workers")
+    parser.add_argument("--batch-timeout", type=float, default=300.0,
+                        help="seconds a (re)started job has for its next committed batch, its "
+                             "Spark session's start included (default 300; more on a loaded "
+                             "machine: a plain cluster session starts its workers cold)")
     parser.add_argument("--rate", type=float, default=150.0,
                         help="records per second produced while faults happen")
     args = parser.parse_args(argv)
@@ -407,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                            sessions_per_site=args.sessions, rows=10, updates=args.updates,
                            seed=args.seed, rate=args.rate)
     run = ChaosRun(workdir, args.faults, args.seed, gen, args.max_offsets_per_trigger,
-                   out=lambda line: print(line, flush=True), cluster=args.cluster)
+                   out=lambda line: print(line, flush=True), cluster=args.cluster,
+                   batch_timeout=args.batch_timeout)
     report = run.run()
     (workdir / "chaos-report.json").write_text(json.dumps(report.as_dict(), indent=2))
     (workdir / "chaos-report.md").write_text(report.markdown())
