@@ -158,8 +158,9 @@ class ChaosRun:
         log.flush()
         env = {**os.environ, **self.s3.aws_env(), "PYSPARK_PYTHON": sys.executable,
                # On the cluster the job's session is a plain one: the shim's jar (sticky
-               # placement) is given as a user gives it, through Spark's own options.
-               **self._jars_env(),
+               # placement) and the executors' S3 credentials are given as a user gives
+               # them, through Spark's own options.
+               **self._submit_env(),
                "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local"),
                # The job's JVM is killed on purpose: its spark-<uuid> temp folders stay in the
@@ -171,11 +172,17 @@ class ChaosRun:
         log.close()
         self.job_started = time.monotonic()
 
-    def _jars_env(self) -> dict[str, str]:
-        jar = bundled_jar()
-        if self.cluster is None or jar is None or "PYSPARK_SUBMIT_ARGS" in os.environ:
+    def _submit_env(self) -> dict[str, str]:
+        """``PYSPARK_SUBMIT_ARGS`` of the job on the cluster: the executors' S3 credentials
+        (``spark.executorEnv.*``: an executor has its worker's environment, not the driver's)
+        and the shim's jar."""
+        if self.cluster is None or "PYSPARK_SUBMIT_ARGS" in os.environ:
             return {}
-        return {"PYSPARK_SUBMIT_ARGS": f"--jars {jar} pyspark-shell"}
+        args = [f"--conf spark.executorEnv.{k}={v}" for k, v in self.s3.aws_env().items()]
+        jar = bundled_jar()
+        if jar is not None:
+            args.append(f"--jars {jar}")
+        return {"PYSPARK_SUBMIT_ARGS": " ".join([*args, "pyspark-shell"])}
 
     def job_alive(self) -> bool:
         return self.job is not None and self.job.poll() is None
