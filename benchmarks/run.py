@@ -74,10 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="default")
     parser.add_argument("--only", help="comma-separated case names (default: all)")
     parser.add_argument("--out", type=Path, help="report directory")
+    parser.add_argument("--session", choices=("embedded", "plain", "both"), default=None,
+                        help="peer case: the main job in the embedded session (default), in "
+                             "the plain session of 'orderedstream run --master local[2]' "
+                             "(process tuning off), or both in one report")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case:
         return _case_main(args.case)
+    if args.session:  # the case processes inherit it (benchmarks.cases.peer.SESSION_ENV)
+        os.environ["BENCH_SESSION"] = args.session
 
     from orderedstream.dev.services.embedded import embedded_services
 

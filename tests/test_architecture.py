@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -147,12 +148,48 @@ def test_modules_stay_small() -> None:
     assert not big, f"modules over {MAX_LINES} lines: {big}"
 
 
-def test_only_core_jvm_reaches_py4j() -> None:
-    jvm = MODULES["orderedstream.core.jvm"]
+#: The modules that reach py4j: the shim's placement (with the jar the user adds) and the
+#: embedded local session's tuning.
+PY4J_MODULES = ("orderedstream.core.jvm", "orderedstream.dev.local.jvm")
+
+
+def test_only_the_jvm_modules_reach_py4j() -> None:
+    allowed = {MODULES[name] for name in PY4J_MODULES}
     users = [str(p.relative_to(ROOT)) for p in MODULES.values()
-             if p != jvm and ("import py4j" in p.read_text() or "from py4j" in p.read_text()
-                              or "._jvm" in p.read_text())]
-    assert not users, f"py4j outside orderedstream.core.jvm: {users}"
+             if p not in allowed and ("import py4j" in p.read_text()
+                                      or "from py4j" in p.read_text()
+                                      or "._jvm" in p.read_text())]
+    assert not users, f"py4j outside {PY4J_MODULES}: {users}"
+
+
+#: What a library path must not use: PySpark's private names (``_jvm``, ``_jsc``, ``_jdf``,
+#: ``_gateway``, private modules or functions, py4j's converters, ``vectorized_udf``).
+PRIVATE_PYSPARK = re.compile(r"pyspark\.[a-z_.]*\._|\._jvm\b|\._jsc\b|\._jdf\b|\._gateway\b|"
+                             r"INPUT_CONVERTER|vectorized_udf|from pyspark\.[a-z.]* import _")
+#: Library paths: the libraries, the foundation and the application (the shim's placement,
+#: ``core.jvm``, is the one exception: it runs only with the shim's jar on the classpath).
+LIBRARY_PATHS = (*LIBRARIES, "orderedstream.core", "orderedstream.app")
+
+
+def test_library_paths_use_public_pyspark_api_only() -> None:
+    found = []
+    for module, path in MODULES.items():
+        if module == "orderedstream.core.jvm" or not any(
+                module == p or module.startswith(p + ".") for p in LIBRARY_PATHS):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if PRIVATE_PYSPARK.search(line.split("#", 1)[0]):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "private PySpark API on a library path:\n" + "\n".join(found)
+
+
+def test_library_paths_do_not_import_the_local_tuning() -> None:
+    """The fork server, the worker daemon, ``JOB_CONF`` and the session tuning of the embedded
+    local session (``orderedstream.dev.local``) are used by the embedded session only."""
+    wrong = [f"{module} imports {target}" for module, targets in GRAPH.items()
+             if any(module == p or module.startswith(p + ".") for p in LIBRARY_PATHS)
+             for target in targets if target.startswith("orderedstream.dev.local")]
+    assert not wrong, "\n".join(sorted(wrong))
 
 
 def test_wheel_installs_one_root_and_the_registration_modules(tmp_path: Path) -> None:

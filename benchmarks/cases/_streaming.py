@@ -138,8 +138,8 @@ def two_engine_session(case: str, engine: str, ctx: CaseContext, params: dict[st
     (``orderedstream.dev.embedded_session.tune_this_process``)."""
     from pyspark import cloudpickle
 
+    from orderedstream.dev.local.settings import JOB_CONF, JOB_ENVIRONMENT, JOB_JAVA_OPTIONS
     from orderedstream.dev.services import jvmarchive
-    from orderedstream.dev.services.spark import JOB_CONF, JOB_ENVIRONMENT, JOB_JAVA_OPTIONS
 
     cloudpickle.register_pickle_by_value(sys.modules[module])
     spark_side = engine == "spark"

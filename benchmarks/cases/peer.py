@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,13 @@ SNAPSHOT_EVERY = 100
 IDLE_TIMEOUT = "10 minutes"
 OUR_CORES, QUIX_CORES = 2, 1
 OVERHEAD_TARGET_US = 25.0
+TUNING_ENV = "ORDEREDSTREAM_PROCESS_TUNING"  # orderedstream.core.tuning.ENV, not imported here
+SESSION_ENV = "BENCH_SESSION"
+"""``embedded`` (the default: the main job in the embedded session's tuning), ``plain`` (in
+the plain session of ``orderedstream run --master local[2]``) or ``both`` (each in its own
+process, one after the other, over the same input: the peer's ratio for each, and what the
+tuning is worth); ``benchmarks.run --session`` sets it."""
+SESSIONS = {"embedded": ("ours",), "plain": ("plain",), "both": ("ours", "plain")}
 COMPARED = ("kind", "site", "date", "session", "seq", "applied_seq", "op", "row", "values",
             "topic", "partition", "offset", "reason")
 
@@ -78,19 +86,28 @@ def quix_python() -> Path:
 
 # ---- ours, in its own process (benchmarks.cases._streaming.run_engine) ------------------------
 def engine_main(engine: str, ctx: CaseContext, params: dict[str, Any]) -> dict[str, Any]:
-    """``engine`` in this process: ``ours`` (the main job over the topics) or ``floor``
-    (Spark's own floor, which must not import the pack's job)."""
+    """``engine`` in this process: ``ours`` (the main job over the topics in the embedded
+    session's tuning), ``plain`` (the same job in the plain session ``orderedstream run
+    --master local[2]`` starts: Spark's defaults, the process tuning off) or ``floor`` (Spark's
+    own floor, which must not import the pack's job)."""
     if engine == "floor":
         return _spark_floor(ctx, params)
+    if engine == "plain":
+        os.environ.pop(TUNING_ENV, None)  # before the pack's first use: nothing tuned
     from orderedstream.app.job.pipeline import JobOptions, start_job
 
     born = params["process_started"]
     work = Path(params["work"])
-    spark = two_engine_session("peer", engine, ctx, params, 8, __name__, main_job=True)
+    if engine == "plain":
+        from orderedstream.app.run_cli import plain_session
+
+        spark = plain_session("bench-peer-plain", f"local[{OUR_CORES}]")
+    else:
+        spark = two_engine_session("peer", engine, ctx, params, 8, __name__, main_job=True)
     try:
-        opts = JobOptions(bootstrap=ctx.bootstrap, output=params["ours_output"],
-                          state_location=params["ours_state"],
-                          checkpoint=str(work / "cp-ours"), topic_pattern=params["pattern"],
+        opts = JobOptions(bootstrap=ctx.bootstrap, output=params[f"{engine}_output"],
+                          state_location=params[f"{engine}_state"],
+                          checkpoint=str(work / f"cp-{engine}"), topic_pattern=params["pattern"],
                           storage_options=ctx.storage_options,
                           max_offsets_per_trigger=params["per_batch"],
                           snapshot_every=SNAPSHOT_EVERY, idle_timeout=IDLE_TIMEOUT,
@@ -219,34 +236,74 @@ def run(ctx: CaseContext) -> list[Result]:
                      create_topic=lambda t, p: create_topic(ctx.bootstrap, t, p))
     records = stats.records
     work = Path(tempfile.mkdtemp(prefix="peer-", dir=ctx.workdir))
+    engines = SESSIONS.get(os.environ.get(SESSION_ENV, "embedded"))
+    if engines is None:
+        raise RuntimeError(f"{SESSION_ENV}={os.environ[SESSION_ENV]!r}: one of "
+                           f"{', '.join(SESSIONS)} is accepted")
     params: dict[str, Any] = {"work": str(work), "kafka_jars": [], "pattern": f"{prefix}-.*",
                               "topics": stats.topics, "per_batch": None, "records": records,
-                              "process_started": time.time(),
-                              "ours_output": ctx.s3_url(prefix, "ours-output"),
-                              "ours_state": ctx.s3_url(prefix, "ours-state")}
-    ours = run_engine(__name__, "ours", ctx, params, work, sample_tree=True)
+                              **{f"{e}_{what}": ctx.s3_url(prefix, f"{e}-{what}")
+                                 for e in engines for what in ("output", "state")}}
+    ran: dict[str, dict[str, Any]] = {}
+    for engine in engines:
+        params["process_started"] = time.time()
+        ran[engine] = run_engine(__name__, engine, ctx, params, work, sample_tree=True)
     quix = _run_quix(ctx, params, work)
     floor = _user_floor(ctx, params, work, per_topic)
     spark_floor = run_engine(__name__, "floor", ctx, params, work, sample_tree=True)
-    if ours["records"] != records or quix["records"] != records or floor["records"] != records:
-        raise RuntimeError(f"engines read {ours['records']} / {quix['records']} records (the "
-                           f"user function alone {floor['records']}), {records} were produced")
+    if quix["records"] != records or floor["records"] != records:
+        raise RuntimeError(f"Quix read {quix['records']} records (the user function alone "
+                           f"{floor['records']}), {records} were produced")
+    quix_rows = _quix_rows(work)
+    results: list[Result] = []
+    for engine, ours in ran.items():
+        ours_rows = job_output_rows(params[f"{engine}_output"], ctx.storage_options, COMPARED)
+        results += _results(engine, ours, quix, floor, spark_floor, records, ours_rows,
+                            quix_rows, f"{records:,} capture-session records "
+                            f"({stats.bad_records} bad) in {topics} topics x {per_topic} "
+                            "partitions, same SessionLogic")
+    if len(ran) == 2:
+        tuned, plain = ran["ours"], ran["plain"]
+        results += [
+            Result("peer", "tuning: embedded vs plain session, records/s", "records/s",
+                   tuned["records_per_s"], plain["records_per_s"], "plain session",
+                   "the same job and input in the embedded session (its JVM options, class "
+                   "archive, JOB_CONF, fork server, process tuning on) vs the plain session "
+                   "of 'orderedstream run --master local[2]' (Spark's defaults, tuning off)"),
+            Result("peer", "tuning: embedded vs plain session, CPU seconds", "s",
+                   tuned["cpu_s"], plain["cpu_s"], "plain session",
+                   "user + system CPU of each engine's whole process tree",
+                   higher_is_better=False),
+            Result("peer", "tuning: embedded vs plain session, peak RSS", "MiB",
+                   tuned["peak_rss_mb"], plain["peak_rss_mb"], "plain session",
+                   "peak summed RSS of each engine's process tree", higher_is_better=False)]
+    return results
+
+
+def _results(engine: str, ours: dict[str, Any], quix: dict[str, Any], floor: dict[str, Any],
+             spark_floor: dict[str, Any], records: int, ours_rows: list[dict[str, Any]],
+             quix_rows: list[dict[str, Any]], input_text: str) -> list[Result]:
+    """The peer's figures of one side of ours (``ours``: the embedded session, case ``peer``;
+    ``plain``: the plain session, case ``peer-plain``)."""
+    case = "peer" if engine == "ours" else "peer-plain"
+    session = ("the embedded session" if engine == "ours" else
+               "the plain session of 'orderedstream run --master local[2]', tuning off")
+    if ours["records"] != records:
+        raise RuntimeError(f"{case}: the job read {ours['records']} records, {records} were "
+                           "produced")
     floor_us = floor["cpu_s"] * 1e6 / records
     ours_us, quix_us = ours["cpu_s"] * 1e6 / records, quix["cpu_s"] * 1e6 / records
     spark_floor_us = spark_floor["cpu_s"] * 1e6 / records
-    ours_rows = job_output_rows(params["ours_output"], ctx.storage_options, COMPARED)
-    quix_rows = _quix_rows(work)
     if floor["output_rows"] != len(ours_rows):  # the floor ran other logic or other records
         raise RuntimeError(f"the user function alone gave {floor['output_rows']} rows, the job "
                            f"{len(ours_rows)}")
     a, b = _digest(ours_rows), _digest(quix_rows)
     differing = sum(((a - b) + (b - a)).values())
-    print(f"[peer] ours {ours['records_per_s']:,.0f} rec/s ({ours['cpu_s']:.1f} CPU-s), quix "
+    print(f"[{case}] ours {ours['records_per_s']:,.0f} rec/s ({ours['cpu_s']:.1f} CPU-s), quix "
           f"{quix['records_per_s']:,.0f} rec/s ({quix['cpu_s']:.1f} CPU-s); {len(ours_rows)} vs "
           f"{len(quix_rows)} rows, {differing} differing", flush=True)
     base = f"Quix Streams {QUIX_VERSION}"
-    how = (f"{records:,} capture-session records ({stats.bad_records} bad) in {topics} topics x "
-           f"{per_topic} partitions, same SessionLogic. Ours: orderedstream main job "
+    how = (f"{input_text}. Ours: orderedstream main job in {session} "
            "(start_job, emit=ranges, one AvailableNow batch, local[2], state and output on "
            "SeaweedFS S3); Quix: one process, exactly-once, RocksDB state + changelog topics, "
            "Parquet on local disk. Time: ours from start_job's return to its batch's end as "
@@ -260,16 +317,16 @@ def run(ctx: CaseContext) -> list[Result]:
              "rows_ours": len(ours_rows), "rows_quix": len(quix_rows),
              "rows_differing": differing}
     return [
-        Result("peer", "records/s", "records/s", ours["records_per_s"], quix["records_per_s"],
+        Result(case, "records/s", "records/s", ours["records_per_s"], quix["records_per_s"],
                base, how, extra={**extra, "timeline": ours.get("timeline")}),
-        Result("peer", "records/s per core", "records/s/core",
+        Result(case, "records/s per core", "records/s/core",
                ours["records_per_s"] / OUR_CORES, quix["records_per_s"] / QUIX_CORES, base,
                f"records/s divided by the cores each engine was given (ours local[{OUR_CORES}], "
                f"Quix one process, {QUIX_CORES} core); target >= 1.5x", extra=extra),
-        Result("peer", "records per CPU-second", "records/CPU-s", records / ours["cpu_s"],
+        Result(case, "records per CPU-second", "records/CPU-s", records / ours["cpu_s"],
                records / quix["cpu_s"], base,
                "records / (user + system CPU seconds of the engine's whole process tree)"),
-        Result("peer", "CPU seconds", "s", ours["cpu_s"], quix["cpu_s"], base,
+        Result(case, "CPU seconds", "s", ours["cpu_s"], quix["cpu_s"], base,
                "user + system CPU of the whole process tree (ours: driver Python, JVM, Python "
                "workers; Quix: its process), from the engine's own cgroup where the machine "
                "allows one (every process counted, however short-lived), else from the samples",
@@ -279,7 +336,7 @@ def run(ctx: CaseContext) -> list[Result]:
                       "quix_sampled_s": round(quix["cpu_s_sampled"], 2),
                       "ours_by_process": ours["cpu_by_kind"],
                       "ours_jvm_by_thread": ours["jvm_cpu_by_thread"]}),
-        Result("peer", "pack overhead per record", "us",
+        Result(case, "pack overhead per record", "us",
                ours_us - floor_us, OVERHEAD_TARGET_US,
                f"target ({OVERHEAD_TARGET_US:.0f} us)",
                "whole run: (CPU seconds of ours' whole tree - CPU seconds of the user function "
@@ -292,7 +349,7 @@ def run(ctx: CaseContext) -> list[Result]:
                       "ours_us": round(ours_us, 2), "quix_us": round(quix_us, 2),
                       "quix_overhead_us": round(quix_us - floor_us, 2),
                       "user_function_rows": floor["output_rows"]}),
-        Result("peer", "Spark's own floor per record", "us", spark_floor_us,
+        Result(case, "Spark's own floor per record", "us", spark_floor_us,
                OVERHEAD_TARGET_US, f"target ({OVERHEAD_TARGET_US:.0f} us)",
                "CPU seconds of Spark alone, over this run's records: the main job's session "
                "(same JVM options, class archive, settings, fork server), one job of two "
@@ -305,17 +362,17 @@ def run(ctx: CaseContext) -> list[Result]:
                       "floor_jvm_by_thread": spark_floor.get("jvm_cpu_by_thread"),
                       "pack_above_floor_us": round(ours_us - floor_us - spark_floor_us, 2),
                       "cpu_source": spark_floor.get("cpu_source")}),
-        Result("peer", "peak RSS", "MiB", ours["peak_rss_mb"], quix["peak_rss_mb"], base,
+        Result(case, "peak RSS", "MiB", ours["peak_rss_mb"], quix["peak_rss_mb"], base,
                "peak summed RSS of the process tree; target <= 1024 MiB",
                higher_is_better=False, extra={"ours_at_peak": ours["peak_rss_parts"]}),
-        Result("peer", "peak PSS", "MiB", ours["peak_pss_mb"], quix["peak_pss_mb"], base,
+        Result(case, "peak PSS", "MiB", ours["peak_pss_mb"], quix["peak_pss_mb"], base,
                "peak summed PSS of the process tree (pages shared by forked workers counted "
                "once); the target above is RSS", higher_is_better=False),
-        Result("peer", "start to first committed batch", "s", ours.get("first_commit_s", 0.0),
+        Result(case, "start to first committed batch", "s", ours.get("first_commit_s", 0.0),
                None, None, "ours: from the engine process's start (Spark session, workers, "
                "first plan) to the end of batch 0's trigger (here the whole input)",
                higher_is_better=False),
-        Result("peer", "output rows differing", "rows", differing, None, None,
+        Result(case, "output rows differing", "rows", differing, None, None,
                f"multiset difference of ours ({len(ours_rows):,} rows) vs Quix's "
                f"({len(quix_rows):,}) on {', '.join(COMPARED)}; must be 0",
                higher_is_better=False, extra={"outputs_agree": differing == 0}),

@@ -33,10 +33,10 @@ def to_arrow_schema(schema: Any) -> pa.Schema:
     if isinstance(schema, pa.Schema):
         return schema
     if isinstance(schema, str):
-        from pyspark.sql.types import _parse_datatype_string
+        from pyspark.sql.types import DataType
 
         try:
-            schema = _parse_datatype_string(schema)
+            schema = DataType.fromDDL(schema)
         except Exception as exc:  # noqa: BLE001 - pyspark raises several kinds
             raise OptionError(f"output_schema {schema!r} could not be parsed as a DDL schema "
                               "('name type, ...'; DDL strings need an active SparkSession, "

@@ -69,6 +69,13 @@ def spark_executor_id() -> str | None:
     return task_executor_id()
 
 
+def _local_master(spark: Any) -> bool:
+    try:
+        return str(spark.sparkContext.master).startswith("local")
+    except Exception:  # noqa: BLE001 - no SparkContext here (Spark Connect): not local mode
+        return False
+
+
 def spark_partition_index() -> int | None:
     """Executor side: the Spark partition index of the running task (None outside a task)."""
     from pyspark import TaskContext
@@ -200,13 +207,12 @@ class StatePlacement:
         if self._session is not spark:
             from orderedstream.core.jvm import Placement
 
-            self._session, self._placement = spark, Placement(spark)
+            # one executor (the driver) on a local master: nothing to choose, no shim to find
+            self._session = spark
+            self._placement = None if _local_master(spark) else Placement(spark)
         placement = self._placement
-        if not placement.available:
+        if placement is None or not placement.available:
             return None
-        master = str(spark.sparkContext.master)
-        if master.startswith("local"):
-            return None  # one executor (the driver): nothing to choose
         return placement
 
     def places(self, spark: Any) -> bool:

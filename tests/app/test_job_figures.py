@@ -19,7 +19,7 @@ from orderedstream.app.job.generator import GeneratorOptions, generate
 from orderedstream.app.job.monitor import ProgressView, batch_rate
 from orderedstream.app.job.pipeline import JobOptions, start_job
 from orderedstream.core.errors import OptionError, UserFunctionError, error_summary
-from orderedstream.core.jvm import (
+from orderedstream.dev.local.jvm import (
     CHECKPOINT_MANAGER_CONF,
     FORKLESS_CHECKPOINT_MANAGER,
     FS_CHECKPOINT_MANAGERS,

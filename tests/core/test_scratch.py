@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orderedstream.core import forkserver
 from orderedstream.core.scratch import OWNER_FILE, private_folder, sweep
+from orderedstream.dev.local import forkserver
 
 PREFIX = "orderedstream-scratchtest-"
 
@@ -75,7 +75,7 @@ def test_no_place_where_the_socket_path_fits() -> None:
 
 def test_a_driver_killed_with_its_process_group_leaves_a_fork_folder_the_next_start_removes(
         temp: Path) -> None:
-    script = ("import sys, time, tempfile\nfrom orderedstream.core import forkserver\n"
+    script = ("import sys, time, tempfile\nfrom orderedstream.dev.local import forkserver\n"
               f"tempfile.tempdir = {str(temp)!r}\n"
               "server = forkserver.start(sys.executable)\n"
               "while not (server.folder / 'fork.sock').exists(): time.sleep(0.05)\n"

@@ -16,7 +16,8 @@ SCRIPT = r"""
 import json, os, sys
 from pyspark import SparkContext
 from orderedstream.core.shutdown import THREAD_NAME, stop_session
-from orderedstream.dev.services.spark import JOB_CONF, local_spark_session
+from orderedstream.dev.local.settings import JOB_CONF
+from orderedstream.dev.services.spark import local_spark_session
 
 def session_with_updates(name):
     spark = local_spark_session(name, tmp_dir=sys.argv[1], conf=JOB_CONF)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orderedstream.dev.services.spark import (
+from orderedstream.dev.local.settings import (
     JOB_CONF,
     JOB_ENVIRONMENT,
     UNIX_SOCKET_DIR,
@@ -23,7 +23,8 @@ from orderedstream.dev.services.spark import (
 
 SCRIPT = r"""
 import json, os, sys
-from orderedstream.dev.services.spark import JOB_CONF, JOB_ENVIRONMENT, local_spark_session
+from orderedstream.dev.local.settings import JOB_CONF, JOB_ENVIRONMENT
+from orderedstream.dev.services.spark import local_spark_session
 
 spark = local_spark_session("job-session-test", tmp_dir=sys.argv[1], conf=JOB_CONF,
                             environment=JOB_ENVIRONMENT)

@@ -18,7 +18,8 @@ SESSION = """
 import sys
 from pathlib import Path
 from orderedstream.dev.services import jvmarchive
-from orderedstream.dev.services.spark import JOB_JAVA_OPTIONS, local_spark_session
+from orderedstream.dev.local.settings import JOB_JAVA_OPTIONS
+from orderedstream.dev.services.spark import local_spark_session
 log, work = sys.argv[1], Path(sys.argv[2])
 options = f"{JOB_JAVA_OPTIONS} {jvmarchive.java_options()} -Xlog:class+load=info:file={log}"
 spark = local_spark_session("archive-check", "local[1]", tmp_dir=work, java_options=options)

@@ -1,4 +1,4 @@
-"""The main job's session with the fork server (``orderedstream.core.forkserver``), as
+"""The main job's session with the fork server (``orderedstream.dev.local.forkserver``), as
 ``orderedstream run`` starts it: Spark's planner daemons and the streaming source runner are
 forked from the server, the job reads every record and commits, the server is stopped once the
 first batch runs, and a second query in the same session (a restart) works without it. Real
@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from orderedstream.app.job.generator import GeneratorOptions, generate
-from orderedstream.core import forkserver
+from orderedstream.dev.local import forkserver
 from tests.fixtures import unique
 
 SCRIPT = r"""
 import json, sys
 from orderedstream.app.job.pipeline import (JobOptions, committed_offsets, kafka_end_offsets,
                                             start_job)
-from orderedstream.core import forkserver
-from orderedstream.dev.services.spark import (JOB_CONF, JOB_ENVIRONMENT, local_spark_session)
+from orderedstream.dev.local import forkserver
+from orderedstream.dev.local.settings import JOB_CONF, JOB_ENVIRONMENT
+from orderedstream.dev.services.spark import local_spark_session
 
 args = json.loads(sys.argv[1])
 spark = local_spark_session("forkserver-job-test", tmp_dir=args["tmp"], conf=JOB_CONF,

@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
-from orderedstream.core.jvm import share_python_workers
+from orderedstream.dev.local.jvm import share_python_workers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader
 
 from orderedstream.app.job.generator import GeneratorOptions, generate
 from orderedstream.app.job.pipeline import JobOptions, committed_offsets, start_job
-from orderedstream.core.jvm import python_worker_pools, release_planner_workers
+from orderedstream.dev.local.jvm import python_worker_pools, release_planner_workers
 from tests.fixtures import unique
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

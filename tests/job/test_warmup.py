@@ -20,7 +20,7 @@ from orderedstream.app.job.warmup import (
     warm_python_workers,
     warm_read_planner,
 )
-from orderedstream.core.jvm import python_worker_pools, release_planner_workers
+from orderedstream.dev.local.jvm import python_worker_pools, release_planner_workers
 from orderedstream.statestore.ordered.plan import EXTRA_KEY
 from tests.fixtures import unique
 

@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="S3 endpoint URL for s3:// URLs (default: AWS). Credentials come from "
                           "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
     run.add_argument("--master", default=None,
-                     help="Spark master URL (default: spark-submit's, else local[2,4])")
+                     help="Spark master URL: a plain Spark session with your configuration "
+                          "(default: spark-submit's, else the embedded session on local[2,4], "
+                          "tuned for this machine)")
     run.add_argument("--trigger", default="2 seconds",
                      help="processing-time trigger interval, a duration such as '2 seconds' or "
                           "'500ms' (default: 2 seconds)")

@@ -111,7 +111,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
                  "bucket": args.bucket}, indent=1) + "\n")
             view.phase(f"starting Spark session ({args.master})")
             spark = start_spark("orderedstream-demo", args.master, console,
-                                tmp_dir=work.root / "spark")
+                                tmp_dir=work.root / "spark", embedded=True)
             view.print(f"[demo] Spark {spark.version} on {args.master}")
             gen = GeneratorOptions(
                 prefix=args.prefix, sites=args.sites, late_sites=1, partitions=args.partitions,

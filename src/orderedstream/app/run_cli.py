@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,34 +36,45 @@ RESTART_BACKOFF_S = 5.0
 
 
 def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
-                tmp_dir: Path | None = None) -> Any:
+                tmp_dir: Path | None = None, *, embedded: bool = False) -> Any:
     """The session, by where the job runs:
 
+    - no ``--master`` and not launched by spark-submit, or a local master with ``embedded``
+      (the demo's): the embedded local session
+      (``orderedstream.dev.embedded_session``: tuned for this machine, quiet, its JVM logging
+      to the run's log file); the only one that turns the pack's process tuning on
+      (``core.tuning``);
     - launched by spark-submit (``PYSPARK_GATEWAY_PORT``, no ``--master``): spark-submit's
       session, configured by its ``--master``, ``--conf`` and ``--jars``;
-    - ``--master`` of a cluster (``spark://...``, ``yarn``, ``k8s://...``): a plain
+    - any other ``--master`` (``local[...]``, ``spark://...``, ``yarn``, ``k8s://...``): a plain
       ``SparkSession.builder`` session with the user's configuration (``spark-defaults.conf``,
-      ``PYSPARK_PYTHON``: the executors' Python must have the pack installed);
-    - a local master (none given, or ``local[...]``): the embedded local session
-      (``orderedstream.dev.embedded_session``: tuned for this machine, quiet, its JVM logging
-      to the run's log file).
-
-    Only the embedded session turns the pack's process tuning on (``core.tuning``)."""
-    if os.environ.get("PYSPARK_GATEWAY_PORT") and master is None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.appName(app_name).getOrCreate()
-    elif master is not None and not master.startswith("local"):
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.master(master).appName(app_name).getOrCreate()
-    else:
+      ``PYSPARK_SUBMIT_ARGS``, ``PYSPARK_PYTHON``: the executors' Python must have the pack
+      installed; on a local master it defaults to this interpreter)."""
+    local = master is not None and master.startswith("local")
+    if (master is None and not os.environ.get("PYSPARK_GATEWAY_PORT")) or (embedded and local):
         from orderedstream.dev.embedded_session import DEFAULT_MASTER, embedded_session
 
         spark = embedded_session(app_name, master=master or DEFAULT_MASTER, tmp_dir=tmp_dir,
                                  java_options=console.java_options())
+    else:
+        spark = plain_session(app_name, master)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def plain_session(app_name: str, master: str | None) -> Any:
+    """``SparkSession.builder`` with ``app_name`` and ``master`` (None: the one spark-submit or
+    the user's configuration gives), nothing of the pack's own. On a local master the Python
+    workers run this interpreter unless ``PYSPARK_PYTHON`` names another (Spark's default,
+    ``python3`` on the ``PATH``, may lack the pack)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+        if master.startswith("local"):
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return builder.getOrCreate()
 
 
 def create_topic_fn(bootstrap: str) -> Callable[[str, int], None]:

@@ -6,12 +6,11 @@
 - ``objectstore`` and ``lazys3``: the batch's S3 puts through obstore, and S3 filesystems whose
   s3fs is imported only when a read or listing needs it;
 - ``units``: durations and byte sizes as users write them (``"10 minutes"``, ``"128m"``);
-- ``jvm``: the one module that reaches the JVM through py4j (the shim's placement calls, one
-  Python worker pool for data source reads and UDFs);
-- ``pydaemon``: the Python worker daemon of the pack's sessions (pyspark's compiled files, not
-  pyspark.zip);
+- ``jvm``: the shim's placement calls through py4j (only with the shim's jar, which the user
+  adds);
 - ``entrypoint``: the base of the ``pyspark_*`` registration modules (a name for Spark's lookup,
   the real source imported when Spark makes an instance);
-- ``forkserver``, ``forkserve`` and ``forkclient``: the main job's local session forks Spark's
-  planner daemons and streaming source runner from a warm interpreter instead of starting them.
+- ``tuning``: the process tuning switch (``ORDEREDSTREAM_PROCESS_TUNING``) and the session
+  tuning a session may install for the main job (the embedded local session's, with its fork
+  server and worker daemon, lives in ``orderedstream.dev.local``).
 """

@@ -35,7 +35,7 @@ from typing import Any
 
 from orderedstream.core.tuning import process_tuning
 
-_DAEMONS = ("pyspark.daemon", "orderedstream.core.pydaemon")
+_DAEMONS = ("pyspark.daemon", "orderedstream.dev.local.pydaemon")
 
 
 def in_reused_worker() -> bool:

@@ -1,25 +1,28 @@
 """The embedded local session: the main job's Spark tuned for one machine, and the only place
 that turns the pack's process tuning on.
 
-``orderedstream demo`` and ``orderedstream run`` on a local master (no ``--master``, or
-``local[...]``) run the job in this session. It is the pack's own process, so it may change it:
+``orderedstream demo`` and ``orderedstream run`` without ``--master`` run the job in this
+session. It is the pack's own process, so it may change it:
 
 - ``ORDEREDSTREAM_PROCESS_TUNING=1`` in the driver's environment, and so in the driver JVM's
   and every Python process it starts (``orderedstream.core.tuning`` lists what that turns on);
 - the driver JVM: ``JOB_JAVA_OPTIONS`` (C1 only, the serial collector), the class archive
   (``dev.services.jvmarchive``), ``JOB_CONF`` (small status store, no AQE, no generated code,
-  Unix sockets) and ``JOB_ENVIRONMENT`` (``dev.services.spark``);
+  Unix sockets) and ``JOB_ENVIRONMENT`` (``dev.local.settings``);
 - Spark's Python processes: a Spark home whose workers run pyspark's compiled files instead of
   ``pyspark.zip`` (``dev.services.sparkhome``), the pack's daemon module
-  (``core.pydaemon``), and the fork server for the planner and streaming source processes
-  (``core.forkserver``);
+  (``dev.local.pydaemon``), and the fork server for the planner and streaming source processes
+  (``dev.local.forkserver``);
+- the main job's query: its session tuning (``dev.local.jvm.LocalSessionTuning``, installed
+  through ``core.tuning.install_session_tuning``): one pool of Python workers, the warm-up
+  job, the release of Spark's planner workers, the checkpoint file manager;
 - the driver's py4j and PySpark: converters for NumPy values that do not import pandas
-  (``core.jvm.light_numpy_converters``) and ``mapInArrow`` functions built without PySpark's
-  pandas version check (:func:`light_arrow_functions`).
+  (``dev.local.jvm.light_numpy_converters``) and ``mapInArrow`` functions built without
+  PySpark's pandas version check (:func:`light_arrow_functions`).
 
-A session on a cluster (``orderedstream run --master spark://...``, or a run launched by
-spark-submit) gets none of this: a plain ``SparkSession.builder`` session with the user's
-configuration (``orderedstream.app.run_cli.start_spark``).
+Every other session (``orderedstream run --master ...``, local or a cluster, a run launched by
+spark-submit, Spark Connect) gets none of this: a plain ``SparkSession.builder`` session with
+the user's configuration (``orderedstream.app.run_cli.start_spark``).
 """
 
 from __future__ import annotations
@@ -32,14 +35,10 @@ from typing import Any
 
 from orderedstream.core import tuning
 from orderedstream.core.errors import OptionError
-from orderedstream.core.jvm import light_numpy_converters
+from orderedstream.dev.local.jvm import LocalSessionTuning, light_numpy_converters
+from orderedstream.dev.local.settings import JOB_CONF, JOB_ENVIRONMENT, JOB_JAVA_OPTIONS
 from orderedstream.dev.services import jvmarchive
-from orderedstream.dev.services.spark import (
-    JOB_CONF,
-    JOB_ENVIRONMENT,
-    JOB_JAVA_OPTIONS,
-    local_spark_session,
-)
+from orderedstream.dev.services.spark import local_spark_session
 
 DEFAULT_MASTER = "local[2,4]"
 """Two cores, a failed task retried up to 4 times."""
@@ -66,8 +65,10 @@ def embedded_session(app_name: str, *, master: str = DEFAULT_MASTER,
 def tune_this_process() -> None:
     """The driver's part of the embedded session, before its JVM starts: the process tuning
     on for this process and every one it starts (unless the environment sets the variable),
-    PySpark's NumPy converters and ``mapInArrow`` functions without pandas."""
+    PySpark's NumPy converters and ``mapInArrow`` functions without pandas, and the main job's
+    session tuning installed."""
     os.environ.setdefault(tuning.ENV, "1")
+    tuning.install_session_tuning(LocalSessionTuning())
     light_numpy_converters()  # else the first py4j call imports pandas into the driver
     light_arrow_functions()
 

@@ -106,7 +106,7 @@ class ChaosRun:
 
     def __init__(self, workdir: Path, faults: int, seed: int, gen: GeneratorOptions,
                  max_offsets_per_trigger: int = 1500, out: Any = print,
-                 cluster: bool = False) -> None:
+                 cluster: bool = False, batch_timeout: float = 300.0) -> None:
         self._stop_producing = threading.Event()
         self.cluster: SparkStandaloneCluster | None = (
             SparkStandaloneCluster(workdir / "spark-cluster") if cluster else None)
@@ -115,6 +115,7 @@ class ChaosRun:
         self.rng = random.Random(seed)
         self.gen = gen
         self.max_offsets = max_offsets_per_trigger
+        self.batch_timeout = batch_timeout
         self.out = out
         self.report = ChaosReport()
         self.kafka = KafkaBroker(workdir / "kafka")
@@ -146,9 +147,10 @@ class ChaosRun:
                 "--bootstrap-servers", self.opts.bootstrap, "--output", self.opts.output,
                 "--state", self.opts.state_location, "--checkpoint", self.opts.checkpoint,
                 "--topic-pattern", self.opts.topic_pattern, "--s3-endpoint", self.proxy.endpoint,
-                "--master", self.cluster.url if self.cluster else "local[2,4]",
                 "--trigger", "1 second", "--progress-every", "5",
                 "--max-offsets-per-trigger", str(self.max_offsets)]
+        if self.cluster is not None:  # a plain session on the cluster; else the embedded one
+            argv += ["--master", self.cluster.url]
         if available_now:
             argv.append("--available-now")
         log = open(self.workdir / "job.log", "ab")  # noqa: SIM115 - owned by the child
@@ -156,8 +158,9 @@ class ChaosRun:
         log.flush()
         env = {**os.environ, **self.s3.aws_env(), "PYSPARK_PYTHON": sys.executable,
                # On the cluster the job's session is a plain one: the shim's jar (sticky
-               # placement) is given as a user gives it, through Spark's own options.
-               **self._jars_env(),
+               # placement) and the executors' S3 credentials are given as a user gives
+               # them, through Spark's own options.
+               **self._submit_env(),
                "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local"),
                # The job's JVM is killed on purpose: its spark-<uuid> temp folders stay in the
@@ -169,11 +172,17 @@ class ChaosRun:
         log.close()
         self.job_started = time.monotonic()
 
-    def _jars_env(self) -> dict[str, str]:
-        jar = bundled_jar()
-        if self.cluster is None or jar is None or "PYSPARK_SUBMIT_ARGS" in os.environ:
+    def _submit_env(self) -> dict[str, str]:
+        """``PYSPARK_SUBMIT_ARGS`` of the job on the cluster: the executors' S3 credentials
+        (``spark.executorEnv.*``: an executor has its worker's environment, not the driver's)
+        and the shim's jar."""
+        if self.cluster is None or "PYSPARK_SUBMIT_ARGS" in os.environ:
             return {}
-        return {"PYSPARK_SUBMIT_ARGS": f"--jars {jar} pyspark-shell"}
+        args = [f"--conf spark.executorEnv.{k}={v}" for k, v in self.s3.aws_env().items()]
+        jar = bundled_jar()
+        if jar is not None:
+            args.append(f"--jars {jar}")
+        return {"PYSPARK_SUBMIT_ARGS": " ".join([*args, "pyspark-shell"])}
 
     def job_alive(self) -> bool:
         return self.job is not None and self.job.poll() is None
@@ -190,7 +199,7 @@ class ChaosRun:
             self.report.job_restarts += 1
             self.start_job()
         before = self._latest_batch()
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + self.batch_timeout
         while time.monotonic() < deadline:
             latest = self._latest_batch()
             if latest > before >= -1 or (latest >= 0 and before == -2):
@@ -201,7 +210,8 @@ class ChaosRun:
                 self.report.job_restarts += 1
                 self.start_job()
             time.sleep(0.5)
-        raise RuntimeError(f"the job committed no batch for 300s; see {self.workdir}/job.log")
+        raise RuntimeError(f"the job committed no batch for {self.batch_timeout:.0f}s (a start "
+                           f"and its first batch; --batch-timeout); see {self.workdir}/job.log")
 
     # ---- faults --------------------------------------------------------------------------------
     def inject(self, fault: str) -> None:
@@ -398,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", action="store_true",
                         help="run the job on a Spark standalone cluster (2 workers) and also "
                              "kill cluster workers")
+    parser.add_argument("--batch-timeout", type=float, default=300.0,
+                        help="seconds a (re)started job has for its next committed batch, its "
+                             "Spark session's start included (default 300; more on a loaded "
+                             "machine: a plain cluster session starts its workers cold)")
     parser.add_argument("--rate", type=float, default=150.0,
                         help="records per second produced while faults happen")
     args = parser.parse_args(argv)
@@ -406,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                            sessions_per_site=args.sessions, rows=10, updates=args.updates,
                            seed=args.seed, rate=args.rate)
     run = ChaosRun(workdir, args.faults, args.seed, gen, args.max_offsets_per_trigger,
-                   out=lambda line: print(line, flush=True), cluster=args.cluster)
+                   out=lambda line: print(line, flush=True), cluster=args.cluster,
+                   batch_timeout=args.batch_timeout)
     report = run.run()
     (workdir / "chaos-report.json").write_text(json.dumps(report.as_dict(), indent=2))
     (workdir / "chaos-report.md").write_text(report.markdown())

@@ -22,16 +22,9 @@ from orderedstream.app.job.warmup import (
     warm_python_workers,
     warm_read_planner,
 )
-from orderedstream.core import forkserver
 from orderedstream.core.errors import OptionError
-from orderedstream.core.jvm import (
-    CHECKPOINT_MANAGER_CONF,
-    local_checkpoint_manager,
-    release_planner_workers,
-    share_python_workers,
-)
 from orderedstream.core.pandaslazy import keep_pandas_lazy
-from orderedstream.core.tuning import process_tuning
+from orderedstream.core.tuning import SessionTuning, session_tuning
 from orderedstream.core.units import parse_duration_ms
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
 
@@ -123,10 +116,11 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     with the input's records and Kafka partitions observed instead (``observe_input``).
 
     The local machine's tuning (one pool of Python workers, the warm-up job, the release of
-    the planner workers, the checkpoint file manager) comes only with the process tuning
-    (``orderedstream.core.tuning``, which the embedded local session turns on); without it
-    the query is the same query, built with public PySpark API only."""
-    tuned = process_tuning()
+    the planner workers, the checkpoint file manager) comes only from the session's own tuning
+    (``orderedstream.core.tuning.session_tuning``: the embedded local session's, with the
+    process tuning on); without it the query is the same query, built with public PySpark API
+    only."""
+    tuned = session_tuning()
     keep_pandas_lazy()  # the driver's commit path builds Arrow arrays too (core.pandaslazy)
     reader = (spark.readStream.format("orderedkafka")
               .option("kafka.bootstrap.servers", opts.bootstrap)
@@ -142,8 +136,8 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
         reader = reader.option(key, value)
     processor = make_processor(opts)
     placed = processor.placement.places(spark)  # per-batch placement: the foreachBatch stage
-    shuffled = (tuned and not placed and opts.emit == "ranges"
-                and share_python_workers(spark))
+    shuffled = (tuned is not None and not placed and opts.emit == "ranges"
+                and tuned.share_python_workers(spark))
     if shuffled:  # one task describes the batch's ranges (see below), not one per partition
         reader = reader.option("rangePartitions", "1")
     warm = shuffled and opts.warm_workers and os.environ.get("ORDEREDSTREAM_WARM_WORKERS") != "0"
@@ -156,7 +150,7 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     planner = planner_frame(spark) if warm else None
     # load() ran Spark's lookup and create planner steps: their idle pools (about 130 MiB) go
     # now, before the query starts its source runner and the stage's workers, not at batch 0
-    _release_planners(spark)
+    _release_planners(spark, tuned)
     if placed:
         frame, commit = observe_input(frame), processor.process_batch
     else:  # the stage in the query's plan: its figures reach StreamingQueryProgress
@@ -174,22 +168,15 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     if workers is not None:
         workers.wait_queued()
     writer = (frame.writeStream.queryName(opts.query_name)
-              .foreachBatch(_batch_function(spark, commit, on_batch))
+              .foreachBatch(_batch_function(spark, commit, on_batch, tuned))
               .option("checkpointLocation", opts.checkpoint))
     # Spark's interval parser takes "2 seconds" but not "500ms", which the pack's does: give
     # Spark the interval the pack parsed.
     writer = writer.trigger(availableNow=True) if once else writer.trigger(
         processingTime=f"{parse_duration_ms(opts.trigger, '--trigger')} milliseconds")
-    manager = local_checkpoint_manager(spark, opts.checkpoint) if tuned else None
-    if manager is None:
+    if tuned is None:
         return writer.start(), processor
-    # The query creates its offset and commit logs' file manager in start(): the setting
-    # is set for that call only, so other queries of the session keep their own.
-    spark.conf.set(CHECKPOINT_MANAGER_CONF, manager)
-    try:
-        return writer.start(), processor
-    finally:
-        spark.conf.unset(CHECKPOINT_MANAGER_CONF)
+    return tuned.start_query(spark, writer, opts.checkpoint), processor
 
 
 CLEANUP_WAIT_S = 30.0
@@ -209,15 +196,18 @@ def finish_cleanup(processor: Any, say: Callable[[str], None]) -> None:
 
 
 def _batch_function(spark: Any, process: Callable[[Any, int], Any],
-                    on_batch: Callable[[Any, float], None] | None) -> Callable[[Any, int], Any]:
-    """The ``foreachBatch`` function: first the idle Python pools of Spark's planner runs are
-    stopped (``release_planner_workers``: the query planned its source when it started, about
-    110 MiB per planner module otherwise idle for the whole run; a no-op once they are gone),
-    before the batch's tasks start the stage's workers; then the batch, then ``on_batch``."""
+                    on_batch: Callable[[Any, float], None] | None,
+                    tuned: SessionTuning | None = None) -> Callable[[Any, int], Any]:
+    """The ``foreachBatch`` function: with the session's tuning, first the idle Python pools of
+    Spark's planner runs are stopped (``release_planner_workers``: the query planned its source
+    when it started, about 110 MiB per planner module otherwise idle for the whole run; a
+    no-op once they are gone), before the batch's tasks start the stage's workers; then the
+    batch, then ``on_batch``."""
 
     def process_batch(batch_df: Any, batch_id: int) -> Any:
-        forkserver.stop_all()  # the query has started its source runner: the server's job
-        _release_planners(spark)
+        if tuned is not None:
+            tuned.batch_started()
+            _release_planners(spark, tuned)
         began = time.monotonic()
         result = process(batch_df, batch_id)
         if on_batch is not None:
@@ -227,10 +217,10 @@ def _batch_function(spark: Any, process: Callable[[Any, int], Any],
     return process_batch
 
 
-def _release_planners(spark: Any) -> None:
-    if not process_tuning():
+def _release_planners(spark: Any, tuned: SessionTuning | None) -> None:
+    if tuned is None:
         return
-    released = release_planner_workers(spark)
+    released = tuned.release_planner_workers(spark)
     if released:
         _log.info("stopped the idle Python workers of Spark's planner runs: %s",
                   ", ".join(sorted(released)))

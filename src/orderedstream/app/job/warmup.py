@@ -11,7 +11,7 @@ tasks' start to their first partition's start).
 ``warm_python_workers`` submits, before the query starts, one small Spark job whose
 ``defaultParallelism`` tasks import those modules in the workers the query's tasks then reuse
 (``spark.python.worker.reuse``, Spark's default; the source's and the stage's functions share
-one pool in local mode: ``orderedstream.core.jvm.share_python_workers``). It does not wait for
+one pool in local mode: ``orderedstream.dev.local.jvm.share_python_workers``). It does not wait for
 the job to finish, only for Spark to have it queued: the query's first tasks are scheduled
 after its tasks, so they take the warm workers instead of forking more (no more workers than
 before, so no more memory). A failure to warm only logs: the batch starts the workers itself,
@@ -203,7 +203,7 @@ def warm_read_planner(frame: Any) -> threading.Thread:
     def run() -> None:
         began = time.perf_counter()
         try:
-            frame._jdf.queryExecution().toRdd().getNumPartitions()  # plans; runs no task
+            frame.rdd.getNumPartitions()  # plans the read; runs no task
         except Exception as exc:  # noqa: BLE001 - the query starts its planner itself
             _log.info("Spark's read planner not started ahead of the query: %s",
                       _first_line(exc))

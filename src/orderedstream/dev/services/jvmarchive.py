@@ -26,9 +26,9 @@ from pathlib import Path
 
 import psutil
 
+from orderedstream.dev.local.settings import JOB_CONF, JOB_JAVA_OPTIONS
 from orderedstream.dev.services import sparkhome
 from orderedstream.dev.services.cache import cache_root
-from orderedstream.dev.services.spark import JOB_CONF, JOB_JAVA_OPTIONS
 
 log = logging.getLogger(__name__)
 MODULE = "orderedstream.dev.services.jvmarchive"

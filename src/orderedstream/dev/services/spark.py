@@ -1,7 +1,8 @@
 """Spark for the demo and the tests: a local session, or a real standalone cluster.
 
-The main job's local session (``JOB_*`` settings, the fork server) is built by
-``orderedstream.dev.embedded_session``, the one place that turns the pack's process tuning on.
+The main job's local session (the settings of ``orderedstream.dev.local.settings``, the fork
+server) is built by ``orderedstream.dev.embedded_session``, the one place that turns the pack's
+process tuning on.
 
 The standalone cluster is Spark's own Master and Workers started with pyspark's ``spark-class``:
 tasks then run in separate executor JVMs (one per worker), which is how executor loss and state
@@ -10,18 +11,18 @@ moving between executors are exercised on one machine.
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
-import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orderedstream.core import forkserver, tuning
+from orderedstream.core import tuning
 from orderedstream.core.jvm import bundled_jar
-from orderedstream.core.scratch import private_folder
+from orderedstream.dev.local import forkserver
+from orderedstream.dev.local.jvm import LocalSessionTuning
+from orderedstream.dev.local.settings import FORK_PRELOAD, unix_sockets
 from orderedstream.dev.services import sparkhome
 from orderedstream.dev.services.process import ManagedProcess, free_ports, port_open, wait_until
 
@@ -31,97 +32,6 @@ def spark_home() -> Path:
     from pyspark.find_spark_home import _find_spark_home
 
     return Path(_find_spark_home())
-
-
-JOB_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m"
-"""Driver JVM options of the main job's local session (``orderedstream run``). With
-``emit=ranges`` records never cross the JVM: it plans, tracks offsets and moves a few rows per
-batch, so C2 compilation (``TieredStopAtLevel=1`` leaves it out) cost more CPU than it saved
-(JVM CPU of a 13-batch run 28.6 -> 14.2 s), and the serial collector with a small initial heap
-keeps the JVM's RSS to what it uses (740 -> 380 MiB at the job's peak). Not used for the
-sessions that measure Spark's own JVM paths. (Capping the young generation at 32 MiB with
-``Min/MaxHeapFreeRatio`` 10/30 did not lower the JVM's peak RSS: 380 -> 406 MiB, smallbatch.)"""
-
-JOB_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2", "ARROW_DEFAULT_MEMORY_POOL": "system"}
-"""Environment of the main job's driver JVM and so of every Python process it starts (local
-mode), unless the user's environment sets the variable. glibc's malloc keeps up to 8 arenas
-per core in a multi-threaded process (RocksDB, librdkafka, Arrow and the JVM all start
-threads), each holding freed memory; Arrow's default jemalloc pool keeps freed pages too. The
-driver's own Python process keeps its environment."""
-
-
-FORK_PRELOAD = ("orderedstream.python_datasource.source",)
-"""What the fork server imports besides pyspark's modules: the source Spark's streaming runner
-and planners unpickle (``local_spark_session(fork_server=True)``)."""
-
-
-UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
-UNIX_SOCKET_DIR = "spark.python.unix.domain.socket.dir"
-_SOCKET_NAME = len("/.00000000-0000-0000-0000-000000000000.sock")
-"""Spark and pyspark name a socket ``.<uuid4>.sock`` in the socket folder."""
-_SOCKET_FOLDER = "orderedstream-uds-"
-"""``tempfile.mkdtemp``'s prefix of the private socket folder (8 random characters follow)."""
-
-JOB_CONF = {
-    "spark.ui.retainedJobs": "100",
-    "spark.ui.retainedStages": "100",
-    "spark.ui.retainedTasks": "2000",
-    "spark.sql.ui.retainedExecutions": "50",
-    "spark.ui.retainedDeadExecutors": "10",
-    "spark.sql.streaming.ui.retainedQueries": "20",
-    "spark.sql.adaptive.enabled": "false",
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    UNIX_SOCKETS: "true",
-}
-"""Spark settings of the main job's local session: how much finished work the driver's status
-store keeps (on the JVM heap, also with the UI off). Spark's defaults (1,000 jobs and stages,
-100,000 tasks, 1,000 SQL executions) let a long streaming run's driver heap grow for hours: a
-batch of the job is a few jobs, a dozen tasks and one or two SQL executions.
-
-Adaptive query execution off: a batch's stage (the source's range rows, one small shuffle,
-the ordered stage's tasks) has nothing for AQE to re-plan (the shuffle's partition count is
-set, one per core), yet AQE runs the shuffle as a query stage of its own Spark job, then
-re-optimizes and submits the rest as a second job: two jobs and their planning per batch
-instead of one. Off, in turns with on (docs/decisions/0004-adaptive-query-execution-off.md): the
-12 x 100-record batch's p50 604 -> 519 ms (medians of 4 runs each), the one-batch peer run
--0.19 s, 0.4 CPU-s less, peak RSS 10-25 MiB lower.
-
-Code generation off (whole-stage codegen and expression codegen: Spark's interpreted
-operators and projections). The rows that cross the JVM in a batch of the main job are its
-range rows and the tasks' commit messages, a few dozen, so generated code never pays back its
-Janino compile: 40% of the driver's CPU for the batch's ``collect`` in a flight recording of
-the one-batch peer run. Off, in turns with on (the same decision record): the JVM
-3.8 / 3.8 CPU-s against 4.1 / 4.3, the run 0.4 s shorter, the 12 x 100 batch's p50 unchanged.
-A job whose records cross the JVM (``emit=records``) should not run with these two settings.
-``factoryMode`` is one of Spark's internal settings (its SQLConf: not meant for end users);
-``tests/dev/test_job_session.py`` checks that this Spark still has it and that a plan
-under these settings has no generated code, so an upgrade that drops it is noticed.
-
-The JVM talks to its Python processes over Unix domain sockets, not TCP on localhost: the
-second task of every batch's stage waited 35-45 ms for its first input rows (its worker's
-first read, timed in the task: 1-2 ms for the first task, 40 ms for the second, batch after
-batch), the delay of TCP's delayed acknowledgement meeting Nagle's algorithm on a small write;
-over a Unix socket both start within 10 ms (in turns, TCP vs Unix: the 12 x 100 batch's p50
-588/621/586 vs 590/573/530 ms, docs/decisions/0005-unix-domain-sockets.md). Local masters
-only (``unix_sockets``: the sockets live in a private folder of this machine)."""
-
-
-def unix_sockets(settings: dict[str, str], master: str) -> None:
-    """Make ``settings``' Unix sockets work, in place: on a local master they get a private
-    folder (0700, removed at exit) whose sockets' paths fit Linux's 107 bytes (Spark puts
-    them in ``java.io.tmpdir``, a run's scratch folder here, often deeper than that: "AF_UNIX
-    path too long"); elsewhere, or without such a folder, TCP as Spark's default."""
-    if settings.get(UNIX_SOCKETS, "false").lower() != "true" or settings.get(UNIX_SOCKET_DIR):
-        return
-    if master.startswith("local"):
-        # core.scratch: where the sockets' paths fit; folders of killed drivers go first
-        folder = private_folder(_SOCKET_FOLDER, longest_name=_SOCKET_NAME - 1)
-        if folder is not None:
-            atexit.register(shutil.rmtree, str(folder), True)
-            settings[UNIX_SOCKET_DIR] = str(folder)
-            return
-    settings[UNIX_SOCKETS] = "false"
 
 
 def python_env() -> dict[str, str]:
@@ -142,7 +52,7 @@ def default_conf(tmp_dir: Path | None = None) -> dict[str, str]:
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         "spark.driver.extraJavaOptions": "-Dio.netty.tryReflectionSetAccessible=true",
         # Python workers import pyspark's compiled files, not pyspark.zip (see the module).
-        "spark.python.daemon.module": "orderedstream.core.pydaemon",
+        "spark.python.daemon.module": "orderedstream.dev.local.pydaemon",
     }
     if tmp_dir is not None:
         # Scratch space and the JVMs' java.io.tmpdir (Spark makes spark-<uuid> folders there,
@@ -168,10 +78,13 @@ def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]
     ``environment``: variables the driver JVM (and the Python processes it starts) gets where
     this process's environment does not set them (e.g. ``JOB_ENVIRONMENT``). ``fork_server``
     (local masters): Spark's planner and streaming source processes are forked from a warm
-    interpreter (``orderedstream.core.forkserver``) instead of started cold."""
+    interpreter (``orderedstream.dev.local.forkserver``) instead of started cold."""
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
+    # the main job in a development session is tuned as in the embedded one while the process
+    # tuning is on (core.tuning.session_tuning)
+    tuning.install_session_tuning(LocalSessionTuning())
     builder = SparkSession.builder.master(master).appName(app_name)
     base = default_conf(tmp_dir)
     if java_options:

@@ -4,7 +4,7 @@ A pip-installed pyspark is its own ``SPARK_HOME``, and Spark puts
 ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it starts. The
 zip holds the package's own sources without bytecode, so each process compiles the pyspark
 modules it imports: 0.52 s of CPU for a Data Source planner's imports here, 0.15 s from the
-installed files. ``core.pydaemon`` avoids it for UDF workers; Spark's planner processes (data
+installed files. ``dev.local.pydaemon`` avoids it for UDF workers; Spark's planner processes (data
 source lookup, creation, read planning) and the streaming source runner start their own
 modules. This home is the installed pyspark's folder entry by entry through symbolic links,
 without ``python/lib/pyspark.zip``: the same files run, compiled. Measured on the main job's

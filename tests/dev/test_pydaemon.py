@@ -8,7 +8,7 @@ from typing import Any
 
 import pyspark
 
-from orderedstream.core.pydaemon import installed_zip_entries
+from orderedstream.dev.local.pydaemon import installed_zip_entries
 
 
 def test_the_installed_packages_zip_is_left_out_and_any_other_zip_kept(tmp_path: Path) -> None:
@@ -26,7 +26,7 @@ def test_the_installed_packages_zip_is_left_out_and_any_other_zip_kept(tmp_path:
 def test_the_installed_packages_jars_are_left_out_and_other_jars_kept(tmp_path: Path) -> None:
     """Spark puts spark-core's jar on every Python path; a worker's first task re-reads its
     directory (about 6,000 entries) when it invalidates the import caches."""
-    from orderedstream.core.pydaemon import installed_jar_entries
+    from orderedstream.dev.local.pydaemon import installed_jar_entries
 
     package = Path(pyspark.__file__).parent
     core = sorted((package / "jars").glob("spark-core_*.jar"))[0]

@@ -1,4 +1,4 @@
-"""The fork server (``orderedstream.core.forkserver``) as Spark uses it, through its launcher:
+"""The fork server (``orderedstream.dev.local.forkserver``) as Spark uses it, through its launcher:
 a routed ``python -m`` run is forked from the warm server and sees what a fresh interpreter
 would (streams, environment, working folder, arguments, path, ``__main__``, exit code);
 signals to the launcher reach it and the launcher's death ends it; without a server, and for
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from orderedstream.core import forkserver
+from orderedstream.dev.local import forkserver
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBE = "tests.core.fork_probe"
+PROBE = "tests.dev.fork_probe"
 
 
 @pytest.fixture()
@@ -191,7 +191,7 @@ def _gone(pid: int) -> None:
 
 @pytest.mark.parametrize("retired", [False, True], ids=["serving", "retired"])
 def test_a_killed_driver_takes_the_server_and_its_folder_with_it(retired: bool) -> None:
-    script = ("import os, sys, time\nfrom orderedstream.core import forkserver\n"
+    script = ("import os, sys, time\nfrom orderedstream.dev.local import forkserver\n"
               "server = forkserver.start(sys.executable)\n"
               "while not (server.folder / 'fork.sock').exists(): time.sleep(0.05)\n"
               + ("server.stop()\n" if retired else "") +
@@ -218,7 +218,7 @@ def test_a_killed_driver_takes_the_server_and_its_folder_with_it(retired: bool) 
 def test_a_driver_that_exits_ends_its_retired_server_and_removes_its_folder() -> None:
     # A retired server stays until its driver ends (forkclient.reap); the driver's exit
     # handler (forkserver.close) ends it and removes the folder with the launcher.
-    script = ("import sys, time\nfrom orderedstream.core import forkserver\n"
+    script = ("import sys, time\nfrom orderedstream.dev.local import forkserver\n"
               "server = forkserver.start(sys.executable)\n"
               "while not (server.folder / 'fork.sock').exists(): time.sleep(0.05)\n"
               "server.stop()\n"

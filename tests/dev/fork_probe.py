@@ -1,6 +1,6 @@
-"""Run by ``tests/core/test_forkserver.py`` as ``python -m tests.core.fork_probe [MODE]``: reports
-what a process started this way sees (one JSON line on stdout, a line on stderr), then does
-``MODE``: ``sleep`` (until signalled) or ``exitN`` (exit code N)."""
+"""Run by ``tests/dev/test_forkserver.py`` as ``python -m tests.dev.fork_probe
+[MODE]``: reports what a process started this way sees (one JSON line on stdout, a line on
+stderr), then does ``MODE``: ``sleep`` (until signalled) or ``exitN`` (exit code N)."""
 
 from __future__ import annotations
 

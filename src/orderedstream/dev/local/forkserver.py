@@ -10,7 +10,7 @@ copy per process. Spark is given a launcher as its Python executable: it sends t
 ``ROUTED`` modules to the server through ``forkclient`` and ``exec``s the interpreter for
 everything else (the stage's worker daemon above all), as it does when no server answers.
 
-The forked process (``orderedstream.core.forkserve``) gets the client's standard streams,
+The forked process (``orderedstream.dev.local.forkserve``) gets the client's standard streams,
 environment, working folder and arguments, and Python's path as ``python -m`` would build it
 from that environment; Spark sees the client (``forkclient``) as the process, which stands in
 for it (signals in, exit code out; its death ends the process). ``stop`` (the pack calls it
@@ -31,8 +31,8 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from orderedstream.core import forkclient
 from orderedstream.core.scratch import private_folder
+from orderedstream.dev.local import forkclient
 
 ROUTED = ("pyspark.daemon", "pyspark.sql.streaming.python_streaming_source_runner")
 """Modules whose ``python -m`` runs go to the server (Spark's planner daemons and the
@@ -106,7 +106,7 @@ def start(python: str, *, environment: Mapping[str, str] | None = None,
     env.setdefault("PYTHONHASHSEED", "0")  # fixed at start: pyspark's default for its processes
     with open(folder / "forkserver.log", "wb") as log:
         process = subprocess.Popen(
-            [python, "-u", "-m", "orderedstream.core.forkserve", str(sock), str(os.getpid()),
+            [python, "-u", "-m", "orderedstream.dev.local.forkserve", str(sock), str(os.getpid()),
              ",".join(routed), ",".join(preload)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, close_fds=True)
     server = ForkServer(folder, launcher, process)
@@ -159,7 +159,7 @@ def launcher_script(python: str, sock: str, routed: tuple[str, ...] = ROUTED, *,
               f"if [ \"$#\" -eq 2 ] && [ \"$1\" = -c ] && [ \"$2\" = {shlex.quote(VERSION_CHECK)} ]"
               f"; then\n  echo {shlex.quote(version)}\n  exit 0\nfi\n")
     return (f"#!/bin/sh\n"
-            f"# orderedstream fork server launcher (orderedstream.core.forkserver)\n"
+            f"# orderedstream fork server launcher (orderedstream.dev.local.forkserver)\n"
             f"{answer}"
             f"if [ \"$1\" = -m ] && [ -S {path} ]; then\n"
             f"  case \"$2\" in\n"

@@ -1,4 +1,4 @@
-"""The client side of ``orderedstream.core.forkserver``: run as a plain script, no packages.
+"""The client side of ``orderedstream.dev.local.forkserver``: run as a plain script, no packages.
 
 Started by the fork server's launcher as ``python -I -S forkclient.py SOCKET PYTHON -m MODULE
 [ARGS]`` in place of ``python -m MODULE [ARGS]``. It hands its standard streams, working

@@ -1,5 +1,5 @@
-"""The fork server's own process (``python -m orderedstream.core.forkserve``, started by
-``orderedstream.core.forkserver.start``): import what Spark's routed Python processes import,
+"""The fork server's own process (``python -m orderedstream.dev.local.forkserve``, started by
+``orderedstream.dev.local.forkserver.start``): import what Spark's routed Python processes import,
 then accept their launchers' requests, fork a process per request that becomes what
 ``python -m MODULE`` would have been in the caller's environment, and report each one's exit
 code; on SIGTERM, retire into ``forkclient.reap`` while forked processes still run.
@@ -23,8 +23,8 @@ import threading
 import traceback
 from typing import Any, NoReturn
 
-from orderedstream.core import forkclient
-from orderedstream.core.pydaemon import installed_jar_entries, installed_zip_entries
+from orderedstream.dev.local import forkclient
+from orderedstream.dev.local.pydaemon import installed_jar_entries, installed_zip_entries
 
 PRELOAD = ("pyspark", "pyspark.worker", "pyspark.worker_util", "pyspark.sql.datasource",
            "pyspark.sql.worker.lookup_data_sources", "pyspark.sql.worker.create_data_source",
@@ -163,7 +163,7 @@ def _base_path() -> list[str]:
 
 def _child_path(cwd: str, pythonpath: str, base: list[str]) -> list[str]:
     """Python's path as ``python -m`` builds it in ``cwd`` with ``PYTHONPATH``, less the
-    installed pyspark's zip and jars (``core.pydaemon``: the same code, compiled)."""
+    installed pyspark's zip and jars (``dev.local.pydaemon``: the same code, compiled)."""
     entries = [os.path.join(cwd, p) for p in pythonpath.split(os.pathsep) if p]
     path = list(dict.fromkeys([cwd, *entries, *base]))
     dropped = {*installed_zip_entries(path), *installed_jar_entries(path)}
