@@ -77,6 +77,30 @@ PLAN_PROPERTY = "orderedstream.ordered.plan."
 """Prefix of the local property carrying one batch's plan to the stage's tasks."""
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """Set by Spark's MicroBatchExecution on the jobs of a micro-batch."""
+PLAN_TAG = "orderedstream-plan-"
+"""Under Spark Connect: prefix of the job tag (``spark.addTag``) carrying one batch's plan,
+``PLAN_TAG + stage id + "-" + encode_plan(...)`` (base64 has no comma, which tags may not hold);
+the tasks find it in the :data:`JOB_TAGS_PROPERTY` local property."""
+JOB_TAGS_PROPERTY = "spark.job.tags"
+"""The comma-separated job tags of a task's job (Connect names a session's tag
+``..._Tag_<user tag>``)."""
+
+
+def plan_tag(stage_id: str, encoded: str) -> str:
+    """The job tag carrying ``encoded`` (``encode_plan``) to stage ``stage_id``'s tasks."""
+    return f"{PLAN_TAG}{stage_id}-{encoded}"
+
+
+def plan_from_tags(tags: str | None, stage_id: str) -> str | None:
+    """The encoded plan of stage ``stage_id`` in a task's job tags, or None; refuses two."""
+    marker = f"{PLAN_TAG}{stage_id}-"
+    found = {tag[tag.index(marker) + len(marker):] for tag in (tags or "").split(",")
+             if marker in tag}
+    if len(found) > 1:
+        raise OrderViolationError(
+            f"the ordered stage {stage_id}'s job carries {len(found)} batch plans in its tags: "
+            "one commit_batch at a time per stage (no concurrent actions on its session)")
+    return found.pop() if found else None
 
 STAGE_SCHEMA = pa.schema([
     ("partition", pa.string()), ("commit", pa.string()),
@@ -168,12 +192,15 @@ class StageTask:
 
         context = TaskContext.get()
         text = None if context is None else context.getLocalProperty(PLAN_PROPERTY + self.stage_id)
+        if not text and context is not None:  # Spark Connect: the plan rides in a job tag
+            text = plan_from_tags(context.getLocalProperty(JOB_TAGS_PROPERTY), self.stage_id)
         if not text:
             raise OptionError(
                 "this DataFrame is the ordered stage of OrderedStateful.apply(); it runs only "
                 "inside its query's foreachBatch(stage.commit_batch), which gives each batch "
-                "its plan as a Spark local property (write it with .writeStream.foreachBatch("
-                "stage.commit_batch); keep PySpark's pinned threads, PYSPARK_PIN_THREAD=true)")
+                "its plan as a Spark local property or, under Spark Connect, a job tag (write "
+                "it with .writeStream.foreachBatch(stage.commit_batch); keep PySpark's pinned "
+                "threads, PYSPARK_PIN_THREAD=true)")
         plan, dry_run = decode_plan(text)
         spark_batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
         if spark_batch is not None and int(spark_batch) != plan.batch_id:

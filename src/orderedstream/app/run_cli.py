@@ -25,6 +25,7 @@ from typing import Any
 from orderedstream.app.console import ConsoleSetup, first_line, report_failure, setup_console
 from orderedstream.core.errors import (
     KafkaUnavailableError,
+    OptionError,
     OrderedStreamError,
     ServiceError,
     pack_error_in,
@@ -35,9 +36,11 @@ RESTART_BACKOFF_S = 5.0
 
 
 def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
-                tmp_dir: Path | None = None) -> Any:
+                tmp_dir: Path | None = None, *, remote: str | None = None) -> Any:
     """The session, by where the job runs:
 
+    - ``remote`` (``--remote sc://HOST:PORT``): a Spark Connect session to that server, whose
+      Python workers must have the pack installed (``docs/connect.md``); not with ``master``;
     - launched by spark-submit (``PYSPARK_GATEWAY_PORT``, no ``--master``): spark-submit's
       session, configured by its ``--master``, ``--conf`` and ``--jars``;
     - ``--master`` of a cluster (``spark://...``, ``yarn``, ``k8s://...``): a plain
@@ -48,6 +51,13 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
       to the run's log file).
 
     Only the embedded session turns the pack's process tuning on (``core.tuning``)."""
+    if remote is not None:
+        if master is not None:
+            raise OptionError(f"--remote {remote} and --master {master}: one of them (--remote "
+                              "runs the job through Spark Connect, on the server's master)")
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
     if os.environ.get("PYSPARK_GATEWAY_PORT") and master is None:
         from pyspark.sql import SparkSession
 
@@ -115,8 +125,9 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
         stop = _StopRequest()
         signal.signal(signal.SIGTERM, stop.on_signal)
         signal.signal(signal.SIGINT, stop.on_signal)
-        view.phase(f"starting Spark session ({args.master or 'local[2,4]'})")
-        spark = start_spark("orderedstream-job", args.master, console)
+        remote = getattr(args, "remote", None)
+        view.phase(f"starting Spark session ({remote or args.master or 'local[2,4]'})")
+        spark = start_spark("orderedstream-job", args.master, console, remote=remote)
         # the SparkContext set its own SIGINT handler (cancelAllJobs): ours again
         signal.signal(signal.SIGINT, stop.on_signal)
         view.print(f"[job] Spark {spark.version} ready in {time.monotonic() - began:.0f}s")

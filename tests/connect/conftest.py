@@ -1,0 +1,37 @@
+"""A Spark Connect server in its own process (``dev.services.connect``) and client sessions to
+it: the suite's own classic SparkContext stays in this process, the server's in another."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orderedstream.dev.services.connect import ConnectServer
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/connect/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.connect)
+
+
+@pytest.fixture(scope="session")
+def connect_server(services_dir: Path, make_kafka: Any, make_s3: Any) -> Iterator[ConnectServer]:
+    """One ``local[2]`` Connect server for the session (after the services: its Python workers
+    keep pooled Kafka consumers)."""
+    server = ConnectServer(services_dir / "connect").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def connect(connect_server: ConnectServer) -> Iterator[Any]:
+    """A new Spark Connect client session (``pyspark.sql.connect``), stopped after the test."""
+    session = connect_server.session()
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    session.stop()
