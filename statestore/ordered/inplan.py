@@ -94,8 +94,10 @@ def plan_tag(stage_id: str, encoded: str) -> str:
 def plan_from_tags(tags: str | None, stage_id: str) -> str | None:
     """The encoded plan of stage ``stage_id`` in a task's job tags, or None; refuses two."""
     marker = f"{PLAN_TAG}{stage_id}-"
-    found = {tag[tag.index(marker) + len(marker):] for tag in (tags or "").split(",")
-             if marker in tag}
+    # the rest is base64 (no "-"): a stage whose id extends this one's is another stage
+    found = {rest for rest in (tag[tag.index(marker) + len(marker):]
+                               for tag in (tags or "").split(",") if marker in tag)
+             if rest and "-" not in rest}
     if len(found) > 1:
         raise OrderViolationError(
             f"the ordered stage {stage_id}'s job carries {len(found)} batch plans in its tags: "

@@ -144,7 +144,7 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
                 error = exc
                 break
             failure: BaseException | None = None
-            with JobMonitor(query, opts, view, tracker):
+            with JobMonitor(query, opts, view, tracker, from_progress=remote is not None):
                 while query.isActive:
                     stop.serve(query, view.print)
                     try:

@@ -11,8 +11,6 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import pyarrow as pa
-
 ITEM_COLUMN = "item"
 """The column of :func:`items_frame`'s rows (one JSON text per item)."""
 
@@ -71,7 +69,9 @@ def map_items(spark: Any, items: Iterable[Any], func: Callable[[Any], str],
     results (text) in no particular order."""
     frame = items_frame(spark, items, partitions)
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
         for batch in batches:
             out = [func(json.loads(t)) for t in batch.column(0).to_pylist()]
             yield pa.RecordBatch.from_pydict({"result": pa.array(out, pa.string())})

@@ -129,7 +129,7 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     the query is the same query, built with public PySpark API only. On a Spark Connect
     session the batch function (``commit_batch``) runs on the server, so ``on_batch`` is not
     called: the figures are in each batch's ``StreamingQueryProgress``."""
-    tuned = process_tuning()
+    tuned = process_tuning() and not is_connect(spark)  # the tuning needs the driver JVM
     keep_pandas_lazy()  # the driver's commit path builds Arrow arrays too (core.pandaslazy)
     reader = (spark.readStream.format("orderedkafka")
               .option("kafka.bootstrap.servers", opts.bootstrap)
@@ -232,7 +232,7 @@ def _batch_function(spark: Any, process: Callable[[Any, int], Any],
 
 
 def _release_planners(spark: Any) -> None:
-    if not process_tuning():
+    if not process_tuning() or is_connect(spark):
         return
     released = release_planner_workers(spark)
     if released:
