@@ -35,3 +35,20 @@ def connect(connect_server: ConnectServer) -> Iterator[Any]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+SLOW_WORKER = "Python worker failed to connect back"
+"""Spark's fixed wait for a new Python process (the server's ``foreachBatch`` worker) to call
+back; on an overloaded machine a cold start can miss it, before the query ran anything."""
+
+
+def start_query(writer: Any, attempts: int = 3) -> Any:
+    """``writer.start()``, again when the server's ``foreachBatch`` worker missed Spark's wait
+    for its start (nothing ran: the query never started)."""
+    for attempt in range(attempts):
+        try:
+            return writer.start()
+        except Exception as exc:
+            if SLOW_WORKER not in str(exc) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

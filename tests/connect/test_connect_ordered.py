@@ -16,6 +16,7 @@ from pyspark import cloudpickle
 from orderedstream.app.job.figures import observed_metrics
 from orderedstream.core.sparkmode import is_connect
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
+from tests.connect.conftest import start_query
 from tests.fixtures import unique
 from tests.statestore.ordered.order_check import ORDER_SCHEMA, check_order
 
@@ -48,8 +49,8 @@ def _stream(spark: Any, kafka: Any, name: str, emit: str = "ranges") -> Any:
 
 
 def _run(writer: Any, checkpoint: Path) -> Any:
-    query = (writer.option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query = start_query(writer.option("checkpointLocation", str(checkpoint))
+                        .trigger(availableNow=True))
     try:
         query.awaitTermination(600)
     finally:

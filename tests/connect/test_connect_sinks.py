@@ -12,8 +12,10 @@ from typing import Any
 from pyspark import cloudpickle
 
 from orderedstream.core.commitlog import CommitLog
+from orderedstream.sinks.deltalog import DeltaBatchLog
 from orderedstream.sinks.table import FencedTable
 from orderedstream.statestore.ordered import OrderedStateful
+from tests.connect.conftest import start_query
 from tests.fixtures import unique
 from tests.sinks.test_spark_sinks import ROWS, make_input, stream
 from tests.statestore.ordered.order_check import ORDER_SCHEMA, check_order
@@ -21,7 +23,8 @@ from tests.statestore.ordered.order_check import ORDER_SCHEMA, check_order
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def _wait(query: Any) -> BaseException | None:
+def _wait(writer: Any) -> BaseException | None:
+    query = start_query(writer)
     try:
         query.awaitTermination(600)
     except Exception:  # noqa: BLE001 - the failure is read from the query below
@@ -40,7 +43,7 @@ def test_fencedparquet_sink_through_connect_exactly_once_and_a_second_query_refu
         return (stream(connect, src).writeStream.format("fencedparquet")
                 .option("path", url).option("storageOptions", json.dumps(opts))
                 .option("partitionBy", "k").option("checkpointLocation", checkpoint)
-                .trigger(availableNow=True).start())
+                .trigger(availableNow=True))
 
     assert _wait(start(str(tmp_path / "ck-a"), source)) is None
     assert sorted(FencedTable(url, opts).to_arrow()["id"].to_pylist()) == list(range(2 * ROWS))
@@ -63,7 +66,7 @@ def test_fenceddelta_sink_through_connect_exactly_once_across_a_restart(
         return (stream(connect, source).writeStream.format("fenceddelta")
                 .option("path", url).option("writerId", "events")
                 .option("checkpointLocation", str(tmp_path / "ck"))
-                .trigger(availableNow=True).start())
+                .trigger(availableNow=True))
 
     assert _wait(start()) is None
     make_input(source, 1, start_file=2)
@@ -87,16 +90,15 @@ def test_delta_batch_writer_through_connect_reads_the_query_id_from_the_checkpoi
         sink = DeltaBatchWriter(url, writer_id="events", checkpoint_location=location)
         return _wait(stream(connect, source).writeStream.foreachBatch(sink)
                      .option("checkpointLocation", location)
-                     .trigger(availableNow=True).start())
+                     .trigger(availableNow=True))
 
     assert run("ckpt-1") is None
     assert run("ckpt-1") is None  # a restart from the same checkpoint: nothing new, no error
     metadata = json.loads((tmp_path / "ckpt-1" / "metadata").read_text().splitlines()[0])
-    history = DeltaTable(url).history()
-    recorded = {json.loads(h["orderedstream"])["extra"]["query_id"] if isinstance(
-        h.get("orderedstream"), str) else h["orderedstream"]["extra"]["query_id"]
-        for h in history if h.get("orderedstream")}
-    assert recorded == {metadata["id"]}  # the checkpoint's query id, in every commit
+    records = list(DeltaBatchLog(url, writer_id="events").records())
+    assert [r.batch_id for r in records] == [0, 1]
+    # the checkpoint's query id, in every commit
+    assert {(r.extra or {}).get("query_id") for r in records} == {metadata["id"]}
     error = run("ckpt-2")
     assert error is not None and "already committed by writer 'events' from streaming query" \
         in str(error), error
