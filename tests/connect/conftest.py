@@ -19,10 +19,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def connect_server(services_dir: Path, make_kafka: Any, make_s3: Any) -> Iterator[ConnectServer]:
+def connect_server(services_dir: Path, make_kafka: Any, s3: Any) -> Iterator[ConnectServer]:
     """One ``local[2]`` Connect server for the session (after the services: its Python workers
-    keep pooled Kafka consumers)."""
-    server = ConnectServer(services_dir / "connect").start()
+    keep pooled Kafka consumers), with the shared S3's credentials in its environment (where
+    ``orderedstream run`` takes them from)."""
+    server = ConnectServer(services_dir / "connect", env=s3.aws_env()).start()
     yield server
     server.stop()
 

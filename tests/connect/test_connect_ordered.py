@@ -160,7 +160,7 @@ def test_orderedkafka_batch_read_and_process_batch_timeouts_from_a_connect_clien
     assert producer.flush(30) == 0
     # batch 1: one record of key "a" in partition 0, nothing for partition 1 (its timeouts
     # run as a job of their own: the items frame that replaces parallelize)
-    result = proc.process_batch(_batch(connect, kafka, name, {0: (3, 4)}), 1)
+    result = proc.process_batch(_batch(connect, kafka, name, {0: (3, 4), 1: (2, 2)}), 1)
     out = proc.table().to_arrow(result.record.version).to_pylist()
     batch1 = [r for r in out if r["event"] == "closed" or r["count"] == 2]
     assert sorted((r["key"], r["event"], r["count"]) for r in batch1) == [

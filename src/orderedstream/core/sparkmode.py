@@ -46,10 +46,14 @@ def default_parallelism(spark: Any) -> int:
 def text_frame(spark: Any, texts: Iterable[str], partitions: int | None = None, *,
                column: str = ITEM_COLUMN) -> Any:
     """A DataFrame of one string column ``column``, a row per text, spread over ``partitions``
-    Spark partitions (default: one per text): what ``sparkContext.parallelize`` gave, on
-    either kind of session (the rows travel in the plan, as ``createDataFrame``'s do)."""
+    Spark partitions (default: one per text). A classic session parallelizes them (an RDD,
+    as before); a Connect session, which has no RDDs, sends them in the plan
+    (``createDataFrame``) and spreads them by range."""
     rows = list(texts)
     count = max(1, partitions if partitions is not None else len(rows))
+    if not is_connect(spark):
+        rdd = spark.sparkContext.parallelize([(t,) for t in rows], count)
+        return spark.createDataFrame(rdd, f"`{column}` string")
     frame = spark.createDataFrame([(i, t) for i, t in enumerate(rows)],
                                   f"i long, `{column}` string")
     if rows:
@@ -65,8 +69,13 @@ def items_frame(spark: Any, items: Iterable[Any], partitions: int | None = None)
 
 def map_items(spark: Any, items: Iterable[Any], func: Callable[[Any], str],
               partitions: int | None = None) -> list[str]:
-    """``func(item)`` of each item in Spark tasks (:func:`items_frame`), collected: the
-    results (text) in no particular order."""
+    """``func(item)`` of each item in Spark tasks, collected: the results (text) in no
+    particular order. A classic session maps an RDD (as before); a Connect session maps
+    :func:`items_frame` with ``mapInArrow``."""
+    if not is_connect(spark):
+        values = list(items)
+        rdd = spark.sparkContext.parallelize(values, max(1, partitions or len(values)))
+        return list(rdd.map(func).collect())
     frame = items_frame(spark, items, partitions)
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:

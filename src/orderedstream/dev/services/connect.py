@@ -26,8 +26,11 @@ class ConnectServer:
     """A Spark Connect server on ``sc://127.0.0.1:<port>`` (``local[2]``), in a child process."""
 
     def __init__(self, workdir: Path, *, jars: list[str] | None = None,
-                 master: str = "local[2]") -> None:
+                 master: str = "local[2]", env: dict[str, str] | None = None) -> None:
+        """``env``: variables the server (and its Python workers) gets besides this
+        process's, e.g. S3 credentials for jobs that take them from the environment."""
         self.workdir = Path(workdir)
+        self.env = dict(env or {})
         self.jars = list(jars or [])
         self.master = master
         self.port = free_port()
@@ -42,7 +45,7 @@ class ConnectServer:
         argv = [sys.executable, "-m", "orderedstream.dev.services.connect", str(self.port),
                 str(self.workdir / "tmp"), self.master, ",".join(self.jars)]
         self.process = ManagedProcess("spark-connect", argv, self.workdir / "connect.log",
-                                      env=dict(os.environ)).start()
+                                      env={**os.environ, **self.env}).start()
         process = self.process
         wait_until(lambda: port_open(self.port) or not process.alive(), timeout,
                    f"Spark Connect server on port {self.port}", log=process.log_path)
