@@ -18,14 +18,17 @@ it is given; ``commit_batch``'s ``collect()`` is that action, so the stage's own
 4 reports the last one's (checked on this Spark): a skipped replay reports zeros.
 
 A plan is fixed when the query starts, but each batch's tasks need that batch's id, clock and
-state bases: ``commit_batch`` sets them as a Spark local property (:data:`PLAN_PROPERTY` +
-the stage's id, zlib + base64 JSON) on its thread just for its action, and the tasks read it
-with ``TaskContext.getLocalProperty`` (Spark ships local properties with every task; pinned
-threads, PySpark's default, make the ``foreachBatch`` callback's properties those of its
-jobs). The stage's rows carry each Kafka range's planned ``[from, until)`` too, so a Delta
-commit's offsets need no extra Spark job; a replay of a committed Delta batch runs the
-stage as a *dry run* (tasks report their planned ranges without reading Kafka or touching
-state) to decide skip (equal ranges) or ``CommitConflictError``, as ``process_batch`` does.
+state bases: ``commit_batch`` sets them as a Spark local property (:data:`PLAN_PROPERTY` + the
+stage's id, zlib + base64 JSON) on its thread just for its action, and the tasks read it with
+``TaskContext.getLocalProperty`` (Spark ships local properties with every task; pinned threads,
+PySpark's default, make the ``foreachBatch`` callback's properties those of its jobs). A Spark
+Connect session cannot set local properties: there the plan rides in a job tag
+(:data:`PLAN_TAG`, ``spark.addTag``) for the action only, which the tasks find in
+:data:`JOB_TAGS_PROPERTY`. The stage's rows carry each Kafka range's planned ``[from, until)``
+too, so a Delta commit's offsets need no extra Spark job; a replay of a committed Delta batch
+runs the stage as a *dry run* (tasks report their planned ranges without reading Kafka or
+touching state) to decide skip (equal ranges) or ``CommitConflictError``, as ``process_batch``
+does.
 
 Commit, fencing, exactly-once and ordering are ``process_batch``'s: the same prepare step
 (``DeltaCommitter.prepare`` / ``sinks.commit.prepare_batch``), the same task body
