@@ -32,7 +32,10 @@ import pyarrow as pa
 
 from orderedstream.core.commitlog import CommitRecord
 from orderedstream.core.datafile import DataFile
-from orderedstream.core.errors import CommitConflictError
+from orderedstream.core.errors import CommitConflictError, CorruptLogError
+from orderedstream.core.lazys3 import url_to_fs
+from orderedstream.core.sparkmode import is_connect
+from orderedstream.core.storage import options_for, read_object
 from orderedstream.core.worker_errors import reason_first_in_callback
 from orderedstream.sinks.deltacommit import (
     DEFAULT_CHECKPOINT_INTERVAL,
@@ -75,7 +78,9 @@ class DeltaBatchWriter:
     """The ``foreachBatch`` callable writing a Delta table (driver side; only the picklable
     options travel to executors). Options as ``FencedParquetBatchWriter``'s (``partition_by``,
     ``compression``, ``target_file_bytes``, ...); ``checkpoint_interval``: a Delta log
-    checkpoint every N versions (default 10)."""
+    checkpoint every N versions (default 10); ``checkpoint_location``: the query's checkpoint,
+    where a Spark Connect session (no local properties) reads the streaming query id that
+    tells a replay from another query's batch (a classic session needs it not)."""
 
     def __init__(self, path: str | None = None, *, options: Mapping[str, Any] | None = None,
                  storage_options: Mapping[str, Any] | None = None,
@@ -84,7 +89,8 @@ class DeltaBatchWriter:
                  compression: str | None = None, compression_level: int | None = None,
                  row_group_rows: int | None = None, target_file_bytes: int | str | None = None,
                  max_open_files: int | None = None,
-                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL) -> None:
+                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
+                 checkpoint_location: str | None = None) -> None:
         explicit = {"path": path, "storage_options": storage_options, "writer_id": writer_id,
                     "partition_by": partition_by, "compression": compression,
                     "compression_level": compression_level, "row_group_rows": row_group_rows,
@@ -97,11 +103,13 @@ class DeltaBatchWriter:
         self.log = self.committer.log
         self.last_record: CommitRecord | None = None
         self.skipped: list[int] = []
+        self.checkpoint_location = checkpoint_location
 
     @reason_first_in_callback  # the pack's sentence right after Spark's prefix
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         batch_id = int(batch_id)
-        query_id = streaming_query_id(batch_df)
+        query_id = streaming_query_id(batch_df, checkpoint_location=self.checkpoint_location,
+                                      storage_options=self.options.storage_options)
         replayed: dict[str, Any] = {}
 
         def replay_offsets() -> Any:
@@ -144,9 +152,18 @@ class DeltaBatchWriter:
         return {"entry": "foreachBatch"}
 
 
-def streaming_query_id(batch_df: Any) -> str | None:
+def streaming_query_id(batch_df: Any, *, checkpoint_location: str | None = None,
+                       storage_options: Mapping[str, Any] | None = None) -> str | None:
     """The id of the streaming query running this ``foreachBatch`` call (Spark's local
-    property, kept in the checkpoint: the same across restarts), None outside one."""
+    property, kept in the checkpoint: the same across restarts), None outside one.
+
+    Under Spark Connect tasks and callbacks see no local properties: the id is read from the
+    query's checkpoint (``<checkpoint_location>/metadata``, Spark's ``{"id": ...}``) when
+    ``checkpoint_location`` is given, else None."""
+    if is_connect(batch_df.sparkSession):
+        if checkpoint_location is None:
+            return None
+        return checkpoint_query_id(checkpoint_location, storage_options)
     try:
         value = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
     except Exception:  # noqa: BLE001 - Spark Connect and the like: no local properties
@@ -154,5 +171,26 @@ def streaming_query_id(batch_df: Any) -> str | None:
     return str(value) if value else None
 
 
+def checkpoint_query_id(checkpoint_location: str,
+                        storage_options: Mapping[str, Any] | None = None) -> str | None:
+    """The streaming query id Spark keeps in ``<checkpoint_location>/metadata``, or None when
+    the checkpoint has no metadata yet. Raises CorruptLogError when it is not Spark's JSON."""
+    location = checkpoint_location
+    if location.startswith(("s3a://", "s3n://")):
+        location = "s3://" + location.split("://", 1)[1]
+    elif location.startswith("file:") and "://" not in location:  # Hadoop's file:/path
+        location = location[len("file:"):]
+    fs, root = url_to_fs(location, options_for(location, storage_options))
+    try:
+        text = read_object(fs, f"{root.rstrip('/')}/metadata").decode()
+    except FileNotFoundError:
+        return None
+    try:
+        return str(json.loads(text.splitlines()[0])["id"])
+    except (ValueError, KeyError, IndexError) as exc:
+        raise CorruptLogError(f"{checkpoint_location}/metadata is not a Spark streaming "
+                              f"checkpoint's metadata (a JSON line with an \"id\"): {exc}") from exc
 
-__all__ = ["DeltaBatchWriter", "delta_write_task", "streaming_query_id"]
+
+
+__all__ = ["DeltaBatchWriter", "checkpoint_query_id", "delta_write_task", "streaming_query_id"]

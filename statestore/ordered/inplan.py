@@ -18,14 +18,17 @@ it is given; ``commit_batch``'s ``collect()`` is that action, so the stage's own
 4 reports the last one's (checked on this Spark): a skipped replay reports zeros.
 
 A plan is fixed when the query starts, but each batch's tasks need that batch's id, clock and
-state bases: ``commit_batch`` sets them as a Spark local property (:data:`PLAN_PROPERTY` +
-the stage's id, zlib + base64 JSON) on its thread just for its action, and the tasks read it
-with ``TaskContext.getLocalProperty`` (Spark ships local properties with every task; pinned
-threads, PySpark's default, make the ``foreachBatch`` callback's properties those of its
-jobs). The stage's rows carry each Kafka range's planned ``[from, until)`` too, so a Delta
-commit's offsets need no extra Spark job; a replay of a committed Delta batch runs the
-stage as a *dry run* (tasks report their planned ranges without reading Kafka or touching
-state) to decide skip (equal ranges) or ``CommitConflictError``, as ``process_batch`` does.
+state bases: ``commit_batch`` sets them as a Spark local property (:data:`PLAN_PROPERTY` + the
+stage's id, zlib + base64 JSON) on its thread just for its action, and the tasks read it with
+``TaskContext.getLocalProperty`` (Spark ships local properties with every task; pinned threads,
+PySpark's default, make the ``foreachBatch`` callback's properties those of its jobs). A Spark
+Connect session cannot set local properties: there the plan rides in a job tag
+(:data:`PLAN_TAG`, ``spark.addTag``) for the action only, which the tasks find in
+:data:`JOB_TAGS_PROPERTY`. The stage's rows carry each Kafka range's planned ``[from, until)``
+too, so a Delta commit's offsets need no extra Spark job; a replay of a committed Delta batch
+runs the stage as a *dry run* (tasks report their planned ranges without reading Kafka or
+touching state) to decide skip (equal ranges) or ``CommitConflictError``, as ``process_batch``
+does.
 
 Commit, fencing, exactly-once and ordering are ``process_batch``'s: the same prepare step
 (``DeltaCommitter.prepare`` / ``sinks.commit.prepare_batch``), the same task body
@@ -77,6 +80,32 @@ PLAN_PROPERTY = "orderedstream.ordered.plan."
 """Prefix of the local property carrying one batch's plan to the stage's tasks."""
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """Set by Spark's MicroBatchExecution on the jobs of a micro-batch."""
+PLAN_TAG = "orderedstream-plan-"
+"""Under Spark Connect: prefix of the job tag (``spark.addTag``) carrying one batch's plan,
+``PLAN_TAG + stage id + "-" + encode_plan(...)`` (base64 has no comma, which tags may not hold);
+the tasks find it in the :data:`JOB_TAGS_PROPERTY` local property."""
+JOB_TAGS_PROPERTY = "spark.job.tags"
+"""The comma-separated job tags of a task's job (Connect names a session's tag
+``..._Tag_<user tag>``)."""
+
+
+def plan_tag(stage_id: str, encoded: str) -> str:
+    """The job tag carrying ``encoded`` (``encode_plan``) to stage ``stage_id``'s tasks."""
+    return f"{PLAN_TAG}{stage_id}-{encoded}"
+
+
+def plan_from_tags(tags: str | None, stage_id: str) -> str | None:
+    """The encoded plan of stage ``stage_id`` in a task's job tags, or None; refuses two."""
+    marker = f"{PLAN_TAG}{stage_id}-"
+    # the rest is base64 (no "-"): a stage whose id extends this one's is another stage
+    found = {rest for rest in (tag[tag.index(marker) + len(marker):]
+                               for tag in (tags or "").split(",") if marker in tag)
+             if rest and "-" not in rest}
+    if len(found) > 1:
+        raise OrderViolationError(
+            f"the ordered stage {stage_id}'s job carries {len(found)} batch plans in its tags: "
+            "one commit_batch at a time per stage (no concurrent actions on its session)")
+    return found.pop() if found else None
 
 STAGE_SCHEMA = pa.schema([
     ("partition", pa.string()), ("commit", pa.string()),
@@ -168,12 +197,15 @@ class StageTask:
 
         context = TaskContext.get()
         text = None if context is None else context.getLocalProperty(PLAN_PROPERTY + self.stage_id)
+        if not text and context is not None:  # Spark Connect: the plan rides in a job tag
+            text = plan_from_tags(context.getLocalProperty(JOB_TAGS_PROPERTY), self.stage_id)
         if not text:
             raise OptionError(
                 "this DataFrame is the ordered stage of OrderedStateful.apply(); it runs only "
                 "inside its query's foreachBatch(stage.commit_batch), which gives each batch "
-                "its plan as a Spark local property (write it with .writeStream.foreachBatch("
-                "stage.commit_batch); keep PySpark's pinned threads, PYSPARK_PIN_THREAD=true)")
+                "its plan as a Spark local property or, under Spark Connect, a job tag (write "
+                "it with .writeStream.foreachBatch(stage.commit_batch); keep PySpark's pinned "
+                "threads, PYSPARK_PIN_THREAD=true)")
         plan, dry_run = decode_plan(text)
         spark_batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
         if spark_batch is not None and int(spark_batch) != plan.batch_id:

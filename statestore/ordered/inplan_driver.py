@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from orderedstream.core.commitlog import CommitRecord
-from orderedstream.core.errors import OptionError, raise_reason_first
+from orderedstream.core.errors import OptionError, OrderViolationError, raise_reason_first
+from orderedstream.core.sparkmode import default_parallelism, is_connect
 from orderedstream.python_datasource.ranges import is_range_columns
 from orderedstream.sinks.commit import prepare_batch
 from orderedstream.sinks.deltacommit import DeltaPrepared, Offsets
@@ -25,6 +26,7 @@ from orderedstream.statestore.ordered.inplan import (
     StageTask,
     encode_plan,
     observed_columns,
+    plan_tag,
     stage_ddl,
 )
 from orderedstream.statestore.ordered.plan import BatchPlan, PartitionCommit
@@ -49,8 +51,7 @@ def apply_stage(processor: Any, df: Any, *, name: str = OBSERVED_NAME) -> Any:
     options = processor.options
     if is_range_columns(df.columns):
         if processor.max_tasks != 0:  # ranges share tasks, in turn (see max_tasks)
-            df = df.coalesce(processor.max_tasks
-                             or df.sparkSession.sparkContext.defaultParallelism)
+            df = df.coalesce(processor.max_tasks or default_parallelism(df.sparkSession))
     else:
         options.check_input(list(df.columns))
         if options.columns is not None:
@@ -62,10 +63,22 @@ def apply_stage(processor: Any, df: Any, *, name: str = OBSERVED_NAME) -> Any:
 
 def _run_stage(processor: Any, batch_df: Any, plan: BatchPlan, *, dry_run: bool) -> list[Any]:
     """``collect()`` of the stage for ``plan`` (its tasks read it from a local property set on
-    this thread for the action only)."""
-    context = batch_df.sparkSession.sparkContext
+    this thread for the action only; under Spark Connect, from a job tag the session adds for
+    the action only: ``docs/decisions/0021-connect-plan-transport.md``)."""
+    spark = batch_df.sparkSession
+    encoded = encode_plan(plan, dry_run=dry_run)
+    if is_connect(spark):
+        tag = plan_tag(processor._writer_id, encoded)
+        spark.addTag(tag)
+        try:
+            return list(batch_df.collect())
+        except Exception as exc:  # the pack's reason first, Spark's trace as its cause
+            raise_reason_first(exc, f"in batch {plan.batch_id}'s ordered stage")
+        finally:
+            spark.removeTag(tag)
+    context = spark.sparkContext
     key = PLAN_PROPERTY + processor._writer_id
-    context.setLocalProperty(key, encode_plan(plan, dry_run=dry_run))
+    context.setLocalProperty(key, encoded)
     try:
         return list(batch_df.collect())
     except Exception as exc:  # the pack's reason first, Spark's trace as its cause
@@ -111,6 +124,11 @@ def commit_stage(processor: Any, batch_df: Any, batch_id: int) -> BatchResult:
                      bases=bases)
     rows = _run_stage(processor, batch_df, plan, dry_run=False)
     commits = [PartitionCommit.from_json(r["commit"]) for r in rows if r["commit"] is not None]
+    stray = sorted({c.batch_id for c in commits} - {batch_id})
+    if stray:  # tasks that ran another batch's plan (Connect sets no batch id on tasks)
+        raise OrderViolationError(
+            f"batch {batch_id}'s ordered stage returned commits of batch(es) {stray}: "
+            "commit_batch must be the query's foreachBatch function; nothing was committed")
     task = OrderedTask(options, processor.func, plan, processor.sink,
                        kafka_secrets=processor._kafka_secrets)
     try:

@@ -39,6 +39,7 @@ import pyarrow as pa
 from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import CorruptLogError, OptionError, TableIntegrityError
+from orderedstream.core.sparkmode import text_frame
 from orderedstream.sinks.schema import decode_schema, spark_to_arrow
 from orderedstream.sinks.table import FencedTable
 
@@ -134,9 +135,8 @@ def batch_output_df(spark: Any, log: CommitLog, record: CommitRecord,
         return (spark.read.schema(spark_schema).option("basePath", base).parquet(*uris)
                 .select(*schema.names))
     reader = CommittedFileReader(log.url, storage_options, schema, spark_to_arrow(spark_schema))
-    descriptors = [(f.to_json(),) for f in record.files]
-    rdd = spark.sparkContext.parallelize(descriptors, len(descriptors))
-    return spark.createDataFrame(rdd, "file string").mapInArrow(reader, spark_schema)
+    descriptors = [f.to_json() for f in record.files]
+    return text_frame(spark, descriptors, column="file").mapInArrow(reader, spark_schema)
 
 
 __all__ = ["ENGINES", "CommittedFileReader", "batch_output_df", "retired_and_gone",

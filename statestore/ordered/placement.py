@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orderedstream.core.sparkmode import is_connect
+
 _log = logging.getLogger(__name__)
 
 #: Placement modes accepted by ``OrderedStateful(placement=...)``.
@@ -203,6 +205,11 @@ class StatePlacement:
     def _shim(self, spark: Any) -> Any | None:
         """The session's ``Placement`` when it can place here (shim present, not local mode)."""
         if self.mode == "off" or self.checkpoint_location is None:
+            return None
+        if is_connect(spark):  # no JVM to reach the shim through: Spark's own placement
+            self._warn_once("connect", "Spark Connect session: each batch is placed by Spark "
+                            "(the JVM shim's executor-sticky placement needs a classic "
+                            "session); state is still correct, only not kept on one executor")
             return None
         if self._session is not spark:
             from orderedstream.core.jvm import Placement

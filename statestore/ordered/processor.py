@@ -55,6 +55,7 @@ from orderedstream.core.errors import (
     log_failure,
     raise_reason_first,
 )
+from orderedstream.core.sparkmode import default_parallelism, map_items
 from orderedstream.core.storage import private_options
 from orderedstream.core.worker_errors import reason_first_in_callback
 from orderedstream.python_datasource.client_config import secrets_from_options
@@ -380,8 +381,8 @@ class OrderedStateful:
             frame = batch_df.select(*self.options.required_columns())
         frame, placed = self.placement.prefer(frame, batch_id)
         if ranges and placed is None and self.max_tasks != 0:
-            frame = frame.coalesce(self.max_tasks or frame.sparkSession.sparkContext
-                                   .defaultParallelism)  # ranges share tasks, in turn
+            frame = frame.coalesce(self.max_tasks or default_parallelism(
+                frame.sparkSession))  # ranges share tasks, in turn
         try:
             rows = frame.mapInArrow(task, _commit_ddl()).collect()
             commits = [PartitionCommit.from_json(row["commit"]) for row in rows]
@@ -409,9 +410,8 @@ class OrderedStateful:
                      and base.next_timeout_ms < plan.processing_time_ms)
         if not due:
             return []
-        rdd = spark.sparkContext.parallelize(due, len(due))
-        return [PartitionCommit.from_json(text)
-                for text in rdd.map(lambda pid: task.run_timeouts_only(pid).to_json()).collect()]
+        texts = map_items(spark, due, lambda pid: task.run_timeouts_only(pid).to_json())
+        return [PartitionCommit.from_json(text) for text in texts]
 
 
 def _commit_ddl() -> str:

@@ -36,6 +36,14 @@ from orderedstream.core.storage import s3_endpoint_options
 from orderedstream.sinks.cli import register as register_sink_commands
 
 
+def _remote_url(value: str) -> str:
+    if not value.startswith("sc://") or len(value) <= len("sc://"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a Spark Connect URL: sc://HOST:PORT (e.g. sc://localhost:15002) "
+            "is accepted")
+    return value
+
+
 def _run(args: argparse.Namespace) -> int:
     """Run the job against given services until stopped (SIGINT/SIGTERM stop it cleanly)."""
     # s3:// URLs: the endpoint (if not AWS) from the command line, credentials from the
@@ -96,10 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--s3-endpoint",
                      help="S3 endpoint URL for s3:// URLs (default: AWS). Credentials come from "
                           "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
-    run.add_argument("--master", default=None,
-                     help="Spark master URL: a plain Spark session with your configuration "
-                          "(default: spark-submit's, else the embedded session on local[2,4], "
-                          "tuned for this machine)")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--master", default=None,
+                       help="Spark master URL: a plain Spark session with your configuration "
+                            "(default: spark-submit's, else the embedded session on local[2,4], "
+                            "tuned for this machine)")
+    where.add_argument("--remote", default=None, type=_remote_url,
+                       help="Spark Connect server, sc://HOST:PORT: the job runs through Spark "
+                            "Connect (the pack installed where the server runs; not with "
+                            "--master)")
     run.add_argument("--trigger", default="2 seconds",
                      help="processing-time trigger interval, a duration such as '2 seconds' or "
                           "'500ms' (default: 2 seconds)")

@@ -26,6 +26,7 @@ from typing import Any
 from orderedstream.app.console import ConsoleSetup, first_line, report_failure, setup_console
 from orderedstream.core.errors import (
     KafkaUnavailableError,
+    OptionError,
     OrderedStreamError,
     ServiceError,
     pack_error_in,
@@ -36,9 +37,12 @@ RESTART_BACKOFF_S = 5.0
 
 
 def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
-                tmp_dir: Path | None = None, *, embedded: bool = False) -> Any:
+                tmp_dir: Path | None = None, *, embedded: bool = False,
+                remote: str | None = None) -> Any:
     """The session, by where the job runs:
 
+    - ``remote`` (``--remote sc://HOST:PORT``): a Spark Connect session to that server, whose
+      Python workers must have the pack installed (``docs/connect.md``); not with ``master``;
     - no ``--master`` and not launched by spark-submit, or a local master with ``embedded``
       (the demo's): the embedded local session
       (``orderedstream.dev.embedded_session``: tuned for this machine, quiet, its JVM logging
@@ -50,6 +54,13 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
       ``SparkSession.builder`` session with the user's configuration (``spark-defaults.conf``,
       ``PYSPARK_SUBMIT_ARGS``, ``PYSPARK_PYTHON``: the executors' Python must have the pack
       installed; on a local master it defaults to this interpreter)."""
+    if remote is not None:
+        if master is not None:
+            raise OptionError(f"--remote {remote} and --master {master}: one of them (--remote "
+                              "runs the job through Spark Connect, on the server's master)")
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
     local = master is not None and master.startswith("local")
     if (master is None and not os.environ.get("PYSPARK_GATEWAY_PORT")) or (embedded and local):
         from orderedstream.dev.embedded_session import DEFAULT_MASTER, embedded_session
@@ -127,8 +138,9 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
         stop = _StopRequest()
         signal.signal(signal.SIGTERM, stop.on_signal)
         signal.signal(signal.SIGINT, stop.on_signal)
-        view.phase(f"starting Spark session ({args.master or 'local[2,4]'})")
-        spark = start_spark("orderedstream-job", args.master, console)
+        remote = getattr(args, "remote", None)
+        view.phase(f"starting Spark session ({remote or args.master or 'local[2,4]'})")
+        spark = start_spark("orderedstream-job", args.master, console, remote=remote)
         # the SparkContext set its own SIGINT handler (cancelAllJobs): ours again
         signal.signal(signal.SIGINT, stop.on_signal)
         view.print(f"[job] Spark {spark.version} ready in {time.monotonic() - began:.0f}s")
@@ -145,7 +157,7 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
                 error = exc
                 break
             failure: BaseException | None = None
-            with JobMonitor(query, opts, view, tracker):
+            with JobMonitor(query, opts, view, tracker, from_progress=remote is not None):
                 while query.isActive:
                     stop.serve(query, view.print)
                     try:

@@ -108,6 +108,32 @@ class FigureTracker:
         self._write()
         return figures
 
+    def on_progress(self, progress: Mapping[str, Any], name: str = "orderedstream") -> bool:
+        """Add one batch from its ``StreamingQueryProgress`` (its ``observedMetrics[name]``,
+        the in-plan stage's figures): what a Spark Connect run has instead of ``on_batch``,
+        whose ``foreachBatch`` runs on the server. False when the progress has no figures."""
+        row = observed_metrics(progress, name)
+        if row is None:
+            return False
+        durations = progress.get("durationMs") or {}
+        with self._lock:
+            old = self._figures
+            records, rows = int(row.get("records") or 0), int(row.get("output_rows") or 0)
+            files = int(row.get("output_files") or 0)
+            self._figures = replace(
+                old, batches=old.batches + 1, last_batch_id=int(progress["batchId"]),
+                records=old.records + records, output_rows=old.output_rows + rows,
+                output_files=old.output_files + files,
+                state_keys=int(row.get("state_keys") or old.state_keys),
+                state_bytes=int(row.get("state_bytes") or old.state_bytes),
+                restores=old.restores + int(row.get("restores") or 0),
+                last_records=records, last_output_rows=rows, last_output_files=files,
+                last_batch_ms=float(durations.get("addBatch") or 0.0),
+                last_state_commit_ms=float(row.get("state_commit_ms") or 0.0),
+                updated=time.time())
+        self._write()
+        return True
+
     def on_result(self, result: Any, seconds: float) -> None:
         """``on_batch`` of ``start_job``: :meth:`on_batch` with the state totals after it."""
         totals = state_totals_of(result)
@@ -119,6 +145,21 @@ class FigureTracker:
     def _write(self) -> None:
         if self.metrics_file is not None:
             write_metrics_file(self.metrics_file, prometheus_text(self.figures, self.labels))
+
+
+def observed_metrics(progress: Mapping[str, Any], name: str = "orderedstream",
+                     ) -> dict[str, Any] | None:
+    """``progress.observedMetrics[name]`` as a dict, or None. A classic session's progress
+    holds a ``Row``; a Spark Connect client's holds the JSON form, ``{"values": [...],
+    "schema": {"fields": [...]}}``."""
+    observed = (progress.get("observedMetrics") or {}).get(name)
+    if observed is None:
+        return None
+    row = observed.asDict() if hasattr(observed, "asDict") else dict(observed)
+    if set(row) == {"values", "schema"}:
+        names = [f["name"] for f in row["schema"]["fields"]]
+        return dict(zip(names, row["values"]))
+    return row
 
 
 def state_keys_of(result: Any) -> int | None:

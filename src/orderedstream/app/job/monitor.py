@@ -143,9 +143,15 @@ class JobMonitor:
     """Polls the running query and feeds a :class:`ProgressView`; names start-up phases."""
 
     def __init__(self, query: Any, opts: Any, view: ProgressView, tracker: FigureTracker,
-                 *, lag_every: float = 5.0, poll: float = 1.0) -> None:
+                 *, lag_every: float = 5.0, poll: float = 1.0,
+                 from_progress: bool = False) -> None:
+        """``from_progress``: the batches' figures come from the query's progress
+        (``FigureTracker.on_progress``; a Spark Connect run, whose batch function runs on the
+        server) instead of the driver's ``on_batch`` callback."""
         self.query, self.opts, self.view, self.tracker = query, opts, view, tracker
         self.lag_every, self.poll = lag_every, poll
+        self.from_progress = from_progress
+        self._seen: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="job-monitor", daemon=True)
         self.started = time.monotonic()
@@ -159,6 +165,20 @@ class JobMonitor:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        self._read_progress()  # the batches since the last poll
+
+    def _read_progress(self) -> None:
+        if not self.from_progress:
+            return
+        try:
+            progresses = list(self.query.recentProgress)
+        except Exception as exc:  # noqa: BLE001 - progress must not kill the job
+            _log.debug("progress failed: %s", exc)
+            return
+        for progress in progresses:
+            batch = int(progress["batchId"])
+            if batch not in self._seen and self.tracker.on_progress(progress):
+                self._seen.add(batch)
 
     def phase_now(self) -> str:
         """What the query is doing, in words (before and after its first batch)."""
@@ -199,6 +219,7 @@ class JobMonitor:
     def _run(self) -> None:
         while not self._stop.wait(self.poll):
             try:
+                self._read_progress()
                 if not self.query.isActive:
                     return
                 self.view.phase(self.phase_now())

@@ -24,6 +24,7 @@ from orderedstream.app.job.warmup import (
 )
 from orderedstream.core.errors import OptionError
 from orderedstream.core.pandaslazy import keep_pandas_lazy
+from orderedstream.core.sparkmode import default_parallelism, is_connect
 from orderedstream.core.tuning import SessionTuning, session_tuning
 from orderedstream.core.units import parse_duration_ms
 from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
@@ -119,8 +120,9 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     the planner workers, the checkpoint file manager) comes only from the session's own tuning
     (``orderedstream.core.tuning.session_tuning``: the embedded local session's, with the
     process tuning on); without it the query is the same query, built with public PySpark API
-    only."""
-    tuned = session_tuning()
+    only. On a Spark Connect session the batch function (``commit_batch``) runs on the server,
+    so ``on_batch`` is not called: the figures are in each batch's ``StreamingQueryProgress``."""
+    tuned = None if is_connect(spark) else session_tuning()  # the tuning needs the driver JVM
     keep_pandas_lazy()  # the driver's commit path builds Arrow arrays too (core.pandaslazy)
     reader = (spark.readStream.format("orderedkafka")
               .option("kafka.bootstrap.servers", opts.bootstrap)
@@ -161,14 +163,15 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
             # from ONE source task (rangePartitions): a Spark task per Kafka partition only
             # to describe its range cost 12 Python task round trips per batch (~600 ms of
             # the 12 x 100 small batch on 2 cores).
-            frame = frame.repartition(spark.sparkContext.defaultParallelism)
+            frame = frame.repartition(default_parallelism(spark))
         frame, commit = processor.apply(frame, name=OBSERVED_NAME), processor.commit_batch
     if planner is not None:
         warm_read_planner(planner)
     if workers is not None:
         workers.wait_queued()
     writer = (frame.writeStream.queryName(opts.query_name)
-              .foreachBatch(_batch_function(spark, commit, on_batch, tuned))
+              .foreachBatch(commit if is_connect(spark)  # runs on the Connect server
+                            else _batch_function(spark, commit, on_batch, tuned))
               .option("checkpointLocation", opts.checkpoint))
     # Spark's interval parser takes "2 seconds" but not "500ms", which the pack's does: give
     # Spark the interval the pack parsed.
