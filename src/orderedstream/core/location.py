@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from orderedstream.core.errors import LocationError, OrderedStreamError
-from orderedstream.core.storage import is_local, is_local_url, is_s3
+from orderedstream.core.storage import fs_options, is_local, is_local_url, is_s3
 
 _PROBE = "_orderedstream_probe"
 _DATA = b"orderedstream location check"
@@ -35,7 +35,7 @@ def open_location(url: str, what: str, storage_options: Mapping[str, Any] | None
     ``what`` and the URL, not a traceback or a wait of minutes."""
     import fsspec
 
-    options = dict(storage_options or {})
+    options = fs_options(url, storage_options)
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
     except Exception as exc:  # noqa: BLE001 - reported with the URL
