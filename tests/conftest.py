@@ -71,8 +71,8 @@ def _needs_services(item: pytest.Item) -> bool:
     closure = set(getattr(item, "fixturenames", ()))
     params = getattr(getattr(item, "callspec", None), "params", {})
     folder = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts[0]
-    return (bool(closure & SERVICE_FIXTURES) or bool({"s3", "gcs", "azure"} & set(params.values()))
-            or folder in SERVICE_FOLDERS)
+    stores = any(isinstance(v, str) and v in ("s3", "gcs", "azure") for v in params.values())
+    return bool(closure & SERVICE_FIXTURES) or stores or folder in SERVICE_FOLDERS
 
 
 @pytest.hookimpl(tryfirst=True)

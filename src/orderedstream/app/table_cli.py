@@ -20,7 +20,7 @@ from orderedstream.app.argtypes import at_least
 from orderedstream.core.errors import CommitConflictError, OptionError, TableIntegrityError
 from orderedstream.core.location import open_location
 from orderedstream.core.storage import fs_options
-from orderedstream.sinks.cli import storage_options_from_args
+from orderedstream.sinks.cli import add_cloud_endpoints, storage_options_from_args
 from orderedstream.sinks.deltafiles import delta_storage_options, log_path
 from orderedstream.sinks.deltalog import DELTA_LOG, DeltaBatchLog, table_format
 from orderedstream.sinks.options import parse_size
@@ -147,6 +147,7 @@ def register(sub: Any) -> None:
         cmd.add_argument("--s3-endpoint", default=None,
                          help="S3 endpoint URL for s3:// URLs (default: AWS itself); "
                               "credentials come from the AWS environment chain")
+        add_cloud_endpoints(cmd)
         cmd.add_argument("--storage-options", default=None,
                          help="extra fsspec options as a JSON object, no secrets "
                               "(default: none)")

@@ -81,6 +81,14 @@ def azure_endpoint_options(endpoint: str | None = None) -> dict[str, Any]:
     return {"azure": {"endpoint": endpoint}} if endpoint else {}
 
 
+def endpoint_options(*, s3: str | None = None, gcs: str | None = None,
+                     azure: str | None = None) -> dict[str, Any]:
+    """The pack's ``storage_options`` for the given endpoints (each None: that store's public
+    service): ``s3_endpoint_options`` plus the ``gcs`` / ``azure`` entries. No credentials."""
+    return {**(s3_endpoint_options(s3) if s3 else {}), **gcs_endpoint_options(gcs),
+            **azure_endpoint_options(azure)}
+
+
 def fs_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The fsspec keyword arguments for ``url``'s filesystem from the pack's
     ``storage_options``: none for a local URL; the ``"gcs"`` entry as gcsfs's for ``gs://``,
@@ -341,6 +349,7 @@ def _cloud_create(fs: Any, path: str, data: bytes, attempts: int) -> bool:
     for attempt in range(attempts):
         try:
             fs.pipe_file(path, data, mode="create")
+            _invalidate_listing(fs, path)
             return True
         except Exception as exc:  # noqa: BLE001 - each library's conflict error
             if _is_conflict(exc):
@@ -370,8 +379,16 @@ def _cloud_swap(fs: Any, path: str, data: bytes, tag: str) -> bool:
         if _is_conflict(exc):
             return _same_content(fs, path, data)
         raise
-    fs.invalidate_cache(path)
+    _invalidate_listing(fs, path)
     return True
+
+
+def _invalidate_listing(fs: Any, path: str) -> None:
+    """Drop the cached listings of ``path`` and its folder. adlfs's own write invalidates a
+    key without the container (so a listing of the folder stayed stale), gcsfs's the folder."""
+    stripped = fs._strip_protocol(path).rstrip("/")
+    fs.invalidate_cache(stripped)
+    fs.invalidate_cache(stripped.rsplit("/", 1)[0])
 
 
 def _gcs_put(fs: Any, path: str, data: bytes, *, if_generation_match: str) -> None:
