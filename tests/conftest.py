@@ -31,6 +31,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # gcsfs's experimental zonal-bucket support probes each bucket over gRPC (TLS), which the GCS
 # emulator does not serve: a minute per bucket. Set before gcsfs is imported (docs/storage.md).
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+# Azure credentials come from the environment, in the tests as in production: Azurite's
+# well-known development account, set before any Spark JVM (and so its Python workers) starts.
+os.environ["AZURE_STORAGE_ACCOUNT_NAME"] = "devstoreaccount1"
+os.environ["AZURE_STORAGE_ACCOUNT_KEY"] = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
+    "KBHBeksoGMGw==")
 # The suite runs the pack as the embedded local session does, process tuning on (the tests'
 # sessions and every Python worker they start inherit it; the standalone cluster's executors
 # get it from the session's spark.executorEnv). Tests of the plain path remove it
