@@ -12,7 +12,8 @@ import pytest
 
 from orderedstream.core import storage
 from orderedstream.core.commitlog import CommitLog
-from orderedstream.core.errors import CommitConflictError, FencedError
+from orderedstream.core.errors import CommitConflictError, FencedError, LocationError
+from orderedstream.core.location import check_location
 from tests.fixtures import unique
 
 
@@ -73,3 +74,35 @@ def test_fenced_commit_log_on_every_store(store) -> None:
     with pytest.raises((CommitConflictError, FencedError)):
         CommitLog(url, options).commit(0, old, [])
     assert CommitLog(url, options).latest() == 0
+
+
+@pytest.mark.parametrize("kind", ["gcs", "azure"])
+def test_a_writable_cloud_location_passes_the_start_check(kind, request) -> None:
+    server = request.getfixturevalue("gcs" if kind == "gcs" else "azurite")
+    check_location(server.url(unique("ok")), "state", server.storage_options)
+
+
+@pytest.mark.parametrize("kind", ["gcs", "azure"])
+def test_a_missing_bucket_or_container_fails_at_start_naming_it(kind, request) -> None:
+    server = request.getfixturevalue("gcs" if kind == "gcs" else "azurite")
+    missing = unique("absent")
+    url = server.url().replace(f"//{server.url().split('//', 1)[1]}", f"//{missing}") + "/x"
+    with pytest.raises(LocationError) as info:
+        check_location(url, "output", server.storage_options)
+    message = str(info.value)
+    word = "bucket" if kind == "gcs" else "container"
+    assert message.startswith(f"output location {url!r}: {word} {missing!r} does not exist")
+    assert "Create it" in message
+
+
+def test_refused_azure_credentials_fail_at_start_naming_the_store(
+        azurite, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", "d3Jvbmcta2V5LW5vdC1henVyaXRlcw==")
+    url = azurite.url(unique("denied"))
+    with pytest.raises(LocationError) as info:
+        check_location(url, "state", azurite.storage_options)
+    message = str(info.value)
+    # adlfs answers the container check without raising: the probe write is refused
+    assert message.startswith(f"state location {url!r} on Azure Blob Storage is not writable "
+                              "(HttpResponseError: Server failed to authenticate")
+    assert "AZURE_STORAGE_ACCOUNT_KEY" in message
