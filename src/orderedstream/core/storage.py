@@ -171,8 +171,9 @@ def is_local_url(url: str) -> bool:
 
 def options_for(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The storage options that apply to ``url``: none for a local one (a job's local output
-    beside S3 state takes the S3 options only where they belong); ``fs_options``."""
-    return fs_options(url, storage_options)
+    beside S3 state takes the S3 options only where they belong). Still the pack's form:
+    ``fs_options`` gives a filesystem's keyword arguments."""
+    return {} if is_local_url(url) else dict(storage_options or {})
 
 
 def read_object(fs: Any, path: str) -> bytes:
