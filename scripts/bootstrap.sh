@@ -103,6 +103,21 @@ KAFKA_VERSION as v; sys.exit(0 if (cache_root() / f'kafka-{v}' / '.complete').ex
 fi
 "$venv/bin/python" -c "from orderedstream.dev.services.jars import kafka_broker_classpath as k; k()"
 
+# Azurite, the Azure Blob Storage emulator the tests start (npm package, pinned in
+# orderedstream.dev.services.azurite), into ~/.cache/orderedstream/azurite-<version> once.
+# It needs Node.js; without node/npm the Azure tests fail (never skip), so say so here.
+if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
+  if ! "$venv/bin/python" -c "import sys; from orderedstream.dev.services.azurite import \
+install_dir; sys.exit(0 if (install_dir() / 'node_modules/.bin/azurite-blob').exists() else 1)" \
+      2>/dev/null; then
+    echo "bootstrap: installing Azurite (the Azure Storage emulator) from npm (once)"
+  fi
+  "$venv/bin/python" -m orderedstream.dev.services.azurite >/dev/null
+else
+  echo "bootstrap: WARNING: node and npm are not installed: the Azure Blob tests (Azurite)" \
+       "will fail. Install them (Debian: apt-get install nodejs npm) and run this again" >&2
+fi
+
 # The JVM shim: rebuilt only when its sources changed.
 # Without the jar the pack still works (state restores from snapshots more often), so a failed
 # build is reported, not fatal; the shim's own tests fail loudly in that case.

@@ -19,7 +19,7 @@ from orderedstream.core.errors import (
     UnsupportedFormatError,
 )
 from orderedstream.core.location import open_location
-from orderedstream.core.storage import s3_endpoint_options
+from orderedstream.core.storage import endpoint_options
 from orderedstream.sinks.options import parse_size
 
 #: fsspec option names that carry secrets: refused on the command line (the process list shows
@@ -45,10 +45,26 @@ def storage_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise OptionError(f"--storage-options must not carry secrets ({', '.join(secret)}): "
                               "use AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a "
                               "role for S3, or the filesystem's own configuration")
-    if args.s3_endpoint:
-        # Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID, ...), never argv.
-        options = {**s3_endpoint_options(args.s3_endpoint), **options}
-    return options
+    # Credentials come from each cloud's standard environment, never argv.
+    return {**endpoint_options(s3=args.s3_endpoint, gcs=getattr(args, "gcs_endpoint", None),
+                               azure=getattr(args, "azure_endpoint", None)), **options}
+
+
+def add_cloud_endpoints(parser: argparse.ArgumentParser) -> None:
+    """``--gcs-endpoint`` / ``--azure-endpoint``: emulators and private endpoints of Google
+    Cloud Storage and Azure Blob Storage, beside ``--s3-endpoint`` (docs/storage.md)."""
+    parser.add_argument("--gcs-endpoint", metavar="URL", default=None,
+                        help="Google Cloud Storage endpoint for gs:// URLs (default: Google's; "
+                             "an http:// emulator is reached without credentials). Credentials "
+                             "from GOOGLE_APPLICATION_CREDENTIALS or the application default "
+                             "credentials")
+    parser.add_argument("--azure-endpoint", metavar="URL", default=None,
+                        help="Azure Blob endpoint for az:// and abfs:// URLs, e.g. "
+                             "http://127.0.0.1:10000/devstoreaccount1 for Azurite (default: "
+                             "the account's). Credentials from AZURE_STORAGE_ACCOUNT_NAME with "
+                             "AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, a service "
+                             "principal (AZURE_CLIENT_ID/SECRET, AZURE_TENANT_ID) or a managed "
+                             "identity")
 
 
 def _fenced_table(args: argparse.Namespace) -> dict[str, Any]:
@@ -183,6 +199,7 @@ def _add_commands(parser: argparse.ArgumentParser) -> None:
                          help="S3-compatible endpoint URL (path-style; default: AWS itself); "
                               "credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
                               "AWS_PROFILE or a role")
+        add_cloud_endpoints(cmd)
         if command == "compact":
             cmd.add_argument("--target-file-size", "--target-size", dest="target_file_size",
                              default="128MB",

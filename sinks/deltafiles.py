@@ -68,7 +68,8 @@ def is_s3(url: str) -> bool:
 
 
 def delta_storage_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, str]:
-    """delta-rs (object_store) options for ``url`` from the pack's s3fs ``storage_options``.
+    """delta-rs (object_store) options for ``url`` from the pack's s3fs ``storage_options``
+    (``gs://`` and ``az://`` / ``abfs://`` URLs: ``_cloud_delta_options``).
 
     s3fs ``key`` / ``secret`` / ``token`` / ``endpoint_url`` (also inside ``client_kwargs``) and
     ``client_kwargs.region_name`` become ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
@@ -78,6 +79,9 @@ def delta_storage_options(url: str, storage_options: Mapping[str, Any] | None) -
     lock service is needed. Keys already in delta-rs form (``AWS_*`` / ``aws_*``) pass through
     and win. Without keys, delta-rs takes credentials from the AWS environment chain.
     """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
+    if scheme in ("gs", "gcs", "az", "abfs", "abfss", "adl"):
+        return _cloud_delta_options(scheme, storage_options)
     if not is_s3(url):
         return {}
     given = dict(storage_options or {})
@@ -96,6 +100,31 @@ def delta_storage_options(url: str, storage_options: Mapping[str, Any] | None) -
         if given.get(ours):
             out[theirs] = str(given[ours])
     out.update({k: str(v) for k, v in given.items() if k.lower().startswith("aws_")})
+    return out
+
+
+def _cloud_delta_options(scheme: str, storage_options: Mapping[str, Any] | None,
+                         ) -> dict[str, str]:
+    """delta-rs options for Google Cloud Storage or Azure Blob from the pack's per-store entry
+    (``storage.gcs_endpoint_options`` / ``azure_endpoint_options``): only the endpoint.
+    object_store reads the credentials from the environment itself
+    (``GOOGLE_APPLICATION_CREDENTIALS`` / ``GOOGLE_SERVICE_ACCOUNT`` or the metadata server;
+    ``AZURE_STORAGE_ACCOUNT_NAME`` with ``AZURE_STORAGE_ACCOUNT_KEY``, ``AZURE_STORAGE_SAS_KEY``,
+    ``AZURE_CLIENT_ID`` / ``AZURE_CLIENT_SECRET`` / ``AZURE_TENANT_ID`` or a managed identity).
+    Both stores have conditional puts, so commits need no lock service."""
+    given = dict(storage_options or {})
+    gcs = scheme in ("gs", "gcs")
+    entry = dict(given.get("gcs" if gcs else "azure") or {})
+    endpoint = entry.get("endpoint")
+    out: dict[str, str] = {}
+    if endpoint:
+        out["google_base_url" if gcs else "azure_storage_endpoint"] = str(endpoint).rstrip("/")
+        if str(endpoint).lower().startswith("http://"):
+            out["allow_http"] = "true"
+            if gcs:
+                out["google_skip_signature"] = "true"  # an emulator: no token over http
+    prefix = "google_" if gcs else "azure_"
+    out.update({k: str(v) for k, v in given.items() if k.lower().startswith(prefix)})
     return out
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import (  # noqa: F401
+    azurite,
     cluster_spark,
+    gcs,
     kafka,
     make_kafka,
     make_s3,
@@ -29,6 +31,15 @@ from tests.fixtures import (  # noqa: F401
 )
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# gcsfs's experimental zonal-bucket support probes each bucket over gRPC (TLS), which the GCS
+# emulator does not serve: a minute per bucket. Set before gcsfs is imported (docs/storage.md).
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+# Azure credentials come from the environment, in the tests as in production: Azurite's
+# well-known development account, set before any Spark JVM (and so its Python workers) starts.
+os.environ["AZURE_STORAGE_ACCOUNT_NAME"] = "devstoreaccount1"
+os.environ["AZURE_STORAGE_ACCOUNT_KEY"] = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
+    "KBHBeksoGMGw==")
 # The suite runs the pack as the embedded local session does, process tuning on (the tests'
 # sessions and every Python worker they start inherit it; the standalone cluster's executors
 # get it from the session's spark.executorEnv). Tests of the plain path remove it
@@ -58,6 +69,7 @@ signal.signal(signal.SIGTERM, _terminate)
 
 #: Fixtures that start a service (Kafka, S3, Spark) or build the shim with Maven.
 SERVICE_FIXTURES = frozenset({"kafka", "make_kafka", "s3", "make_s3", "s3_url", "s3_table", "topic",
+                              "gcs", "azurite",
                               "spark", "spark_sessions", "spark_cluster", "cluster_spark",
                               "services_dir", "shim_jar"})
 #: Folders (and top-level modules) whose tests start services or processes of their own.
@@ -68,8 +80,8 @@ def _needs_services(item: pytest.Item) -> bool:
     closure = set(getattr(item, "fixturenames", ()))
     params = getattr(getattr(item, "callspec", None), "params", {})
     folder = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts[0]
-    return (bool(closure & SERVICE_FIXTURES) or "s3" in params.values()
-            or folder in SERVICE_FOLDERS)
+    stores = any(isinstance(v, str) and v in ("s3", "gcs", "azure") for v in params.values())
+    return bool(closure & SERVICE_FIXTURES) or stores or folder in SERVICE_FOLDERS
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -40,6 +40,7 @@ from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import CorruptLogError, OptionError, TableIntegrityError
 from orderedstream.core.sparkmode import text_frame
+from orderedstream.core.storage import fs_options
 from orderedstream.sinks.schema import decode_schema, spark_to_arrow
 from orderedstream.sinks.table import FencedTable
 
@@ -79,7 +80,7 @@ class CommittedFileReader:
 
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
         target = pa.ipc.read_schema(pa.py_buffer(self.target_ipc))
-        fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        fs, root = fsspec.core.url_to_fs(self.url, **fs_options(self.url, self.storage_options))
         root = root.rstrip("/")
         for batch in batches:
             for text in batch.column("file").to_pylist():

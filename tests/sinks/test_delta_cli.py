@@ -32,6 +32,9 @@ def test_table_cli_history_compact_vacuum_verify(target, request: Any) -> None:
     if url.startswith("s3://"):
         s3 = request.getfixturevalue("s3")
         extra, env = ["--s3-endpoint", s3.endpoint], s3.aws_env()
+    elif url.startswith("az://"):
+        azurite = request.getfixturevalue("azurite")
+        extra, env = ["--azure-endpoint", azurite.endpoint], azurite.azure_env()
     options = replace(FencedParquetOptions.from_mapping(
         {"path": url, "storageOptions": opts, "partitionBy": "day"}), file_stats=True)
     committer = DeltaCommitter(options, app_id="cli")

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orderedstream.core.errors import OptionError
+from orderedstream.core.storage import fs_options
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.writer import write_parquet_files
 
@@ -34,7 +35,7 @@ def test_row_groups_bounded_by_bytes_and_rows_stats_match_data(target) -> None:
          "rowGroupRows": "100000", "targetFileSize": "1GB"}), file_stats=True)
     files = write_parquet_files(rows(0, 50_000), options, "t0")
     assert len(files) == 1 and files[0].rows == 50_000
-    fs, root = fsspec.core.url_to_fs(url, **opts)
+    fs, root = fsspec.core.url_to_fs(url, **fs_options(url, opts))
     path = f"{root.rstrip('/')}/{files[0].path}"
     assert fs.size(path) == files[0].size  # the size in the commit is the object's size
     meta = pq.ParquetFile(fs.open(path, "rb")).metadata
@@ -57,7 +58,7 @@ def test_files_roll_at_target_size_while_pipelined(target) -> None:
         {"path": url, "storageOptions": opts, "rowGroupRows": "2000",
          "targetFileSize": "40KB"})
     files = write_parquet_files(rows(0, 40_000), options, "t0")
-    fs, root = fsspec.core.url_to_fs(url, **opts)
+    fs, root = fsspec.core.url_to_fs(url, **fs_options(url, opts))
     sizes = [fs.size(f"{root.rstrip('/')}/{f.path}") for f in files]
     assert sizes == [f.size for f in files] and sum(f.rows for f in files) == 40_000
     # every file but the last rolled at the first row group that took it past the target
@@ -82,7 +83,7 @@ def test_multipart_upload_overlapping_the_encoder_keeps_every_byte_in_order(s3_t
 
     files = write_parquet_files(wide(40_000), options, "t0")
     assert len(files) == 1 and files[0].rows == 40_000
-    fs, root = fsspec.core.url_to_fs(url, **opts)
+    fs, root = fsspec.core.url_to_fs(url, **fs_options(url, opts))
     path = f"{root.rstrip('/')}/{files[0].path}"
     assert fs.size(path) == files[0].size > 3 * 5 * 1024**2
     parquet = pq.ParquetFile(fs.open(path, "rb"))
@@ -144,7 +145,7 @@ def test_failed_write_to_s3_leaves_no_object_and_no_open_upload(s3_table) -> Non
 
     with pytest.raises(Boom):
         write_parquet_files(failing(), options, "t0")
-    fs, root = fsspec.core.url_to_fs(url, **opts)
+    fs, root = fsspec.core.url_to_fs(url, **fs_options(url, opts))
     fs.invalidate_cache()
     assert fs.find(root) == []
     bucket, prefix = root.split("/", 1)

@@ -11,15 +11,20 @@ import pytest
 
 from orderedstream.statestore import StateLocation, StateStoreOptions
 from orderedstream.statestore.rocksdb.store import RocksDBStateStore
+from tests.fixtures import unique
 
 _machines = itertools.count()
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", "s3", "gcs", "azure"])
 def state_location(request: pytest.FixtureRequest, tmp_path: Path) -> StateLocation:
-    """A fresh state location, on the local filesystem or on the shared SeaweedFS S3."""
+    """A fresh state location, on the local filesystem, the shared SeaweedFS S3, the GCS
+    emulator (fake-gcs-server) or Azurite."""
     if request.param == "file":
         return StateLocation(f"file://{tmp_path / 'remote'}")
+    if request.param in ("gcs", "azure"):
+        server = request.getfixturevalue("gcs" if request.param == "gcs" else "azurite")
+        return StateLocation(server.url(unique("t")), storage_options=server.storage_options)
     s3 = request.getfixturevalue("s3")
     return StateLocation(request.getfixturevalue("s3_url"), storage_options=s3.storage_options)
 

@@ -32,7 +32,8 @@ from orderedstream.app.table_cli import register as register_table_commands
 from orderedstream.core.errors import OrderedStreamError, error_summary
 from orderedstream.core.jvm import bundled_jar
 from orderedstream.core.shutdown import freeze_heap_at_exit
-from orderedstream.core.storage import s3_endpoint_options
+from orderedstream.core.storage import endpoint_options
+from orderedstream.sinks.cli import add_cloud_endpoints
 from orderedstream.sinks.cli import register as register_sink_commands
 
 
@@ -48,7 +49,8 @@ def _run(args: argparse.Namespace) -> int:
     """Run the job against given services until stopped (SIGINT/SIGTERM stop it cleanly)."""
     # s3:// URLs: the endpoint (if not AWS) from the command line, credentials from the
     # standard AWS chain; other fsspec URLs need no options.
-    storage = s3_endpoint_options(args.s3_endpoint) if args.s3_endpoint else {}
+    storage = endpoint_options(s3=args.s3_endpoint, gcs=args.gcs_endpoint,
+                               azure=args.azure_endpoint)
     opts = JobOptions(bootstrap=args.bootstrap_servers, output=args.output,
                       state_location=args.state, checkpoint=args.checkpoint,
                       topic_pattern=args.topic_pattern, storage_options=storage,
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--s3-endpoint",
                      help="S3 endpoint URL for s3:// URLs (default: AWS). Credentials come from "
                           "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
+    add_cloud_endpoints(run)
     where = run.add_mutually_exclusive_group()
     where.add_argument("--master", default=None,
                        help="Spark master URL: a plain Spark session with your configuration "

@@ -23,7 +23,8 @@ import tempfile
 from typing import Any
 
 from orderedstream.core.errors import OptionError
-from orderedstream.core.storage import s3_endpoint_options
+from orderedstream.core.storage import endpoint_options
+from orderedstream.sinks.cli import add_cloud_endpoints
 
 SHOW_DEFAULT = 10
 KEY_TYPES = ("bytes", "str", "int")
@@ -35,7 +36,8 @@ def _url(value: str) -> str:
 
 
 def _storage(args: argparse.Namespace) -> dict[str, Any]:
-    return s3_endpoint_options(args.s3_endpoint) if args.s3_endpoint else {}
+    return endpoint_options(s3=args.s3_endpoint, gcs=args.gcs_endpoint,
+                            azure=args.azure_endpoint)
 
 
 def _topic_partition(text: str) -> tuple[str, int]:
@@ -170,6 +172,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--s3-endpoint", metavar="URL",
                         help="S3 endpoint URL for s3:// URLs (default: AWS); credentials from "
                              "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role")
+    add_cloud_endpoints(parser)
 
 
 def register(sub: Any) -> None:

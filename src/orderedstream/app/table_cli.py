@@ -19,7 +19,8 @@ from typing import Any
 from orderedstream.app.argtypes import at_least
 from orderedstream.core.errors import CommitConflictError, OptionError, TableIntegrityError
 from orderedstream.core.location import open_location
-from orderedstream.sinks.cli import storage_options_from_args
+from orderedstream.core.storage import fs_options
+from orderedstream.sinks.cli import add_cloud_endpoints, storage_options_from_args
 from orderedstream.sinks.deltafiles import delta_storage_options, log_path
 from orderedstream.sinks.deltalog import DELTA_LOG, DeltaBatchLog, table_format
 from orderedstream.sinks.options import parse_size
@@ -100,7 +101,7 @@ def _verify(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
     table, storage = _open(args)
-    fs, root = fsspec.core.url_to_fs(args.url.rstrip("/"), **storage)
+    fs, root = fsspec.core.url_to_fs(args.url.rstrip("/"), **fs_options(args.url, storage))
     root = root.rstrip("/")
     actions = pa.table(table.get_add_actions(flatten=True))
     paths = [log_path(p) for p in actions["path"].to_pylist()]
@@ -146,6 +147,7 @@ def register(sub: Any) -> None:
         cmd.add_argument("--s3-endpoint", default=None,
                          help="S3 endpoint URL for s3:// URLs (default: AWS itself); "
                               "credentials come from the AWS environment chain")
+        add_cloud_endpoints(cmd)
         cmd.add_argument("--storage-options", default=None,
                          help="extra fsspec options as a JSON object, no secrets "
                               "(default: none)")

@@ -125,7 +125,9 @@ class LazyS3FileSystem:
 
 def url_to_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
     """``fsspec.core.url_to_fs(url, **storage_options)``, lazy for S3 as the module says."""
-    options = dict(storage_options or {})
+    from orderedstream.core.storage import fs_options
+
+    options = fs_options(url, storage_options)
     if (url.startswith(("s3://", "s3a://")) and "::" not in url and "?" not in url
             and objectstore.settings_for(options) is not None):
         return LazyS3FileSystem(options), LazyS3FileSystem._strip_protocol(url)

@@ -14,8 +14,9 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from orderedstream.core import storage
 from orderedstream.core.errors import LocationError, OrderedStreamError
-from orderedstream.core.storage import is_local, is_local_url, is_s3
+from orderedstream.core.storage import fs_options, is_local, is_local_url, is_s3
 
 _PROBE = "_orderedstream_probe"
 _DATA = b"orderedstream location check"
@@ -35,7 +36,7 @@ def open_location(url: str, what: str, storage_options: Mapping[str, Any] | None
     ``what`` and the URL, not a traceback or a wait of minutes."""
     import fsspec
 
-    options = dict(storage_options or {})
+    options = fs_options(url, storage_options)
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
     except Exception as exc:  # noqa: BLE001 - reported with the URL
@@ -44,7 +45,40 @@ def open_location(url: str, what: str, storage_options: Mapping[str, Any] | None
                             "(s3://bucket/prefix) with its filesystem package installed") from exc
     if is_s3(fs):
         _check_bucket(fs, url, what, root.split("/", 1)[0], options)
+    elif storage.is_gcs(fs) or storage.is_azure(fs):
+        _check_container(fs, url, what, root.split("/", 1)[0], storage_options)
     return fs, root
+
+
+def _store_words(url: str) -> tuple[str, str, str]:
+    """(store name, its bucket word, what to check) for a cloud URL's messages."""
+    if storage.url_scheme(url) in storage.GCS_SCHEMES:
+        return ("Google Cloud Storage", "bucket",
+                "GOOGLE_APPLICATION_CREDENTIALS or the application default credentials, and "
+                "--gcs-endpoint for an emulator")
+    return ("Azure Blob Storage", "container",
+            "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or "
+            "AZURE_STORAGE_SAS_TOKEN (or a service principal / managed identity), and "
+            "--azure-endpoint for an emulator")
+
+
+def _check_container(fs: Any, url: str, what: str, bucket: str,
+                     storage_options: Mapping[str, Any] | None) -> None:
+    """The GCS bucket or Azure container of ``url`` exists: ``LocationError`` naming it and
+    the endpoint otherwise, or when the store refuses the credentials."""
+    store, word, check = _store_words(url)
+    entry = dict((storage_options or {}).get(
+        "gcs" if word == "bucket" else "azure") or {})
+    endpoint = entry.get("endpoint") or f"{store} itself"
+    try:
+        found = fs.exists(bucket)
+    except Exception as exc:  # noqa: BLE001 - reported with the URL
+        raise LocationError(f"{what} location {url!r}: {store} at {endpoint} refused or failed "
+                            f"the check of {word} {bucket!r} ({type(exc).__name__}: "
+                            f"{_short(exc)}). Check {check}") from exc
+    if not found:
+        raise LocationError(f"{what} location {url!r}: {word} {bucket!r} does not exist on "
+                            f"{store} at {endpoint}. Create it, or check the URL and {check}")
 
 
 def _check_bucket(fs: Any, url: str, what: str, bucket: str, options: dict[str, Any],
@@ -95,8 +129,30 @@ def check_location(url: str, what: str, storage_options: Mapping[str, Any] | Non
         if fs.cat_file(probe) != _DATA:
             raise OSError("the probe object read back differs from what was written")
         fs.rm_file(probe)
+        if storage.is_gcs(fs) or storage.is_azure(fs):
+            _check_conditional_writes(fs, url, what, f"{probe}-conditional")
+    except OrderedStreamError:
+        raise
     except Exception as exc:  # noqa: BLE001 - reported with the URL
         raise location_error(exc, url, what, local=local) from exc
+
+
+def _check_conditional_writes(fs: Any, url: str, what: str, probe: str) -> None:
+    """The store refuses a second create-if-absent of one object (an emulator or gateway that
+    ignores the precondition would let two writers both commit a batch)."""
+    try:
+        first = storage.create_exclusive(fs, probe, b"first")
+        second = storage.create_exclusive(fs, probe, b"second")
+    finally:
+        with contextlib.suppress(Exception):
+            fs.rm_file(probe)
+    if not (first and not second):
+        store, _, _ = _store_words(url)
+        raise LocationError(f"{what} location {url!r}: the {store} endpoint does not honour "
+                            "conditional writes (a second create-if-absent of one object "
+                            "succeeded), which the commit protocol needs to fence writers. "
+                            "Use a store or emulator that honours ifGenerationMatch / "
+                            "If-None-Match")
 
 
 def location_error(exc: BaseException, url: str, what: str, *, local: bool | None = None,
@@ -105,11 +161,19 @@ def location_error(exc: BaseException, url: str, what: str, *, local: bool | Non
     what to check (for a local path, or for S3)."""
     if local is None:
         local = is_local_url(url)
-    hint = ("Check that the folder can be created and written by this user (no regular file "
-            "on the path)" if local
-            else "Check that the bucket exists, the credentials (AWS_ACCESS_KEY_ID / "
-                 "AWS_PROFILE) may write under it, and the S3 endpoint points at the right "
-                 "server")
+    scheme = storage.url_scheme(url)
+    if local:
+        hint = ("Check that the folder can be created and written by this user (no regular "
+                "file on the path)")
+    elif scheme in storage.GCS_SCHEMES + storage.AZURE_SCHEMES:
+        store, word, check = _store_words(url)
+        hint = f"Check that the {word} exists and {check}"
+        return LocationError(f"{what} location {url!r} on {store} is not writable "
+                             f"({type(exc).__name__}: {_short(exc)}). {hint}")
+    else:
+        hint = ("Check that the bucket exists, the credentials (AWS_ACCESS_KEY_ID / "
+                "AWS_PROFILE) may write under it, and the S3 endpoint points at the right "
+                "server")
     return LocationError(f"{what} location {url!r} is not writable ({type(exc).__name__}: "
                          f"{_short(exc)}). {hint}")
 

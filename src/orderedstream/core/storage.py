@@ -7,6 +7,10 @@
 - ``read_versioned`` / ``replace_if_unchanged``: compare-and-swap (S3 ``If-Match: <etag>``;
   locally a lock file plus a content hash as the version tag).
 
+Google Cloud Storage (gcsfs) creates with ``ifGenerationMatch=0`` and swaps with
+``ifGenerationMatch=<generation>``; Azure Blob Storage (adlfs) creates with
+``If-None-Match: *`` and swaps with ``If-Match: <etag>``: docs/storage.md.
+
 Filesystems that can do neither refuse with a clear error rather than fence by hope.
 """
 
@@ -50,6 +54,88 @@ def s3_endpoint_options(endpoint: str | None = None, *,
     }
 
 
+GCS_SCHEMES = ("gs", "gcs")
+AZURE_SCHEMES = ("az", "abfs", "abfss", "adl")
+
+
+def url_scheme(url: str) -> str:
+    """The lower-case scheme of ``url`` ("file" for a plain path)."""
+    return url.split("://", 1)[0].lower() if "://" in url else "file"
+
+
+def gcs_endpoint_options(endpoint: str | None = None) -> dict[str, Any]:
+    """The pack's options for ``gs://`` URLs: the endpoint of an emulator or a private
+    endpoint (None: Google Cloud Storage itself). Carries no credentials: gcsfs takes them
+    from ``GOOGLE_APPLICATION_CREDENTIALS`` or the application default credentials; an
+    ``http://`` endpoint (an emulator) is reached without any."""
+    return {"gcs": {"endpoint": endpoint}} if endpoint else {}
+
+
+def azure_endpoint_options(endpoint: str | None = None) -> dict[str, Any]:
+    """The pack's options for ``az://`` / ``abfs://`` URLs: the blob endpoint of an emulator
+    or a private endpoint (``http://127.0.0.1:10000/devstoreaccount1`` for Azurite; None: the
+    account's public endpoint). Carries no credentials: they come from the standard
+    environment variables (``AZURE_STORAGE_ACCOUNT_NAME`` with ``AZURE_STORAGE_ACCOUNT_KEY`` or
+    ``AZURE_STORAGE_SAS_TOKEN``, a service principal's ``AZURE_CLIENT_ID`` /
+    ``AZURE_CLIENT_SECRET`` / ``AZURE_TENANT_ID``, else a managed identity)."""
+    return {"azure": {"endpoint": endpoint}} if endpoint else {}
+
+
+def endpoint_options(*, s3: str | None = None, gcs: str | None = None,
+                     azure: str | None = None) -> dict[str, Any]:
+    """The pack's ``storage_options`` for the given endpoints (each None: that store's public
+    service): ``s3_endpoint_options`` plus the ``gcs`` / ``azure`` entries. No credentials."""
+    return {**(s3_endpoint_options(s3) if s3 else {}), **gcs_endpoint_options(gcs),
+            **azure_endpoint_options(azure)}
+
+
+def fs_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The fsspec keyword arguments for ``url``'s filesystem from the pack's
+    ``storage_options``: none for a local URL; the ``"gcs"`` entry as gcsfs's for ``gs://``,
+    the ``"azure"`` entry as adlfs's for ``az://`` / ``abfs://``; the rest (s3fs's) for any
+    other URL. Credentials are read from the environment here, in the process that opens the
+    filesystem, and never stored in ``storage_options``."""
+    if is_local_url(url):
+        return {}
+    options = dict(storage_options or {})
+    gcs = dict(options.pop("gcs", None) or {})
+    azure = dict(options.pop("azure", None) or {})
+    scheme = url_scheme(url)
+    if scheme in GCS_SCHEMES:
+        endpoint = gcs.pop("endpoint", None)
+        if endpoint:
+            gcs.setdefault("endpoint_url", str(endpoint).rstrip("/"))
+            if str(endpoint).startswith("http://"):
+                gcs.setdefault("token", "anon")
+        return gcs
+    if scheme in AZURE_SCHEMES:
+        endpoint = azure.pop("endpoint", None)
+        if endpoint and "connection_string" not in azure:
+            azure["connection_string"] = _azure_connection_string(str(endpoint).rstrip("/"))
+        return azure
+    return options
+
+
+def _azure_connection_string(endpoint: str) -> str:
+    """An Azure Storage connection string for ``endpoint`` with the environment's account
+    name and key or SAS token (only in memory, in the process that opens the filesystem)."""
+    account = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or os.environ.get(
+        "AZURE_STORAGE_ACCOUNT")
+    if not account:
+        raise UnsupportedStorageError(
+            f"Azure endpoint {endpoint}: no storage account named. Set AZURE_STORAGE_ACCOUNT_NAME "
+            "(with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN) in the environment")
+    parts = [f"DefaultEndpointsProtocol={endpoint.split('://', 1)[0]}",
+             f"AccountName={account}", f"BlobEndpoint={endpoint}"]
+    key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY") or os.environ.get("AZURE_STORAGE_KEY")
+    sas = os.environ.get("AZURE_STORAGE_SAS_TOKEN")
+    if key:
+        parts.append(f"AccountKey={key}")
+    elif sas:
+        parts.append(f"SharedAccessSignature={sas.lstrip('?')}")
+    return ";".join(parts) + ";"
+
+
 def private_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """``storage_options`` for a filesystem instance of one's own. fsspec otherwise shares one
     instance per options in a process, listing cache included, whose updates are not
@@ -66,6 +152,14 @@ def is_s3(fs: Any) -> bool:
     return bool(_protocols(fs) & {"s3", "s3a"})
 
 
+def is_gcs(fs: Any) -> bool:
+    return bool(_protocols(fs) & set(GCS_SCHEMES))
+
+
+def is_azure(fs: Any) -> bool:
+    return bool(_protocols(fs) & set(AZURE_SCHEMES))
+
+
 def is_local(fs: Any) -> bool:
     return bool(_protocols(fs) & {"file", "local"})
 
@@ -77,7 +171,8 @@ def is_local_url(url: str) -> bool:
 
 def options_for(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The storage options that apply to ``url``: none for a local one (a job's local output
-    beside S3 state takes the S3 options only where they belong)."""
+    beside S3 state takes the S3 options only where they belong). Still the pack's form:
+    ``fs_options`` gives a filesystem's keyword arguments."""
     return {} if is_local_url(url) else dict(storage_options or {})
 
 
@@ -132,10 +227,13 @@ def create_exclusive(fs: Any, path: str, data: bytes, attempts: int = 5) -> bool
             return _same_content(fs, path, data)
         finally:
             os.unlink(tmp)
+    if is_gcs(fs) or is_azure(fs):
+        return _cloud_create(fs, path, data, attempts)
     if not is_s3(fs):
         raise UnsupportedStorageError(
             f"{type(fs).__name__} ({path}) offers no atomic create-if-absent; the commit "
-            "protocol needs S3 conditional writes or a local filesystem")
+            "protocol needs S3, Google Cloud Storage or Azure Blob conditional writes, or a "
+            "local filesystem")
     created = objectstore.put(fs, path, data, create=True)  # obstore: no Python per request
     if created is not None:
         return created or _same_content(fs, path, data)
@@ -172,6 +270,15 @@ def read_versioned(fs: Any, path: str) -> tuple[bytes, str] | None:
             return None
         # Re-read the tag after the content: a swap in between makes the CAS fail, never lie.
         return data, str(info.get("ETag", "")).strip('"') + ":" + hashlib.sha256(data).hexdigest()
+    if is_gcs(fs) or is_azure(fs):
+        try:
+            info = fs.info(path, refresh=True) if is_gcs(fs) else fs.info(path)
+            data = fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        # the version the content was read at: a swap in between makes the CAS fail
+        tag = info.get("generation") if is_gcs(fs) else info.get("etag")
+        return data, f"{str(tag).strip(chr(34))}:{hashlib.sha256(data).hexdigest()}"
     try:
         data = fs.cat_file(path)
     except FileNotFoundError:
@@ -200,10 +307,13 @@ def replace_if_unchanged(fs: Any, path: str, data: bytes, version_tag: str | Non
                     continue
                 raise
         return False
+    if is_gcs(fs) or is_azure(fs):
+        return _cloud_swap(fs, path, data, version_tag.split(":", 1)[0])
     if not is_local(fs):
         raise UnsupportedStorageError(
             f"{type(fs).__name__} ({path}) offers no compare-and-swap; the commit protocol "
-            "needs S3 conditional writes or a local filesystem")
+            "needs S3, Google Cloud Storage or Azure Blob conditional writes, or a local "
+            "filesystem")
     local = fs._strip_protocol(path)
     with _file_lock(local + ".lock"):
         current = read_versioned(fs, path)
@@ -216,6 +326,95 @@ def replace_if_unchanged(fs: Any, path: str, data: bytes, version_tag: str | Non
             os.fsync(handle.fileno())
         os.replace(tmp, local)
         return True
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """A refused precondition (HTTP 412, Azure's 409 BlobAlreadyExists) behind ``exc``."""
+    for candidate in (exc, exc.__cause__, exc.__context__):
+        if candidate is None:
+            continue
+        if isinstance(candidate, FileExistsError):
+            return True
+        code = getattr(candidate, "code", None) or getattr(candidate, "status_code", None)
+        if code in (412, 409, "412", "409") or type(candidate).__name__ in (
+                "ResourceModifiedError", "ResourceExistsError"):
+            return True
+        if "412" in str(candidate)[:200] and "recondition" in str(candidate):
+            return True
+    return False
+
+
+def _cloud_create(fs: Any, path: str, data: bytes, attempts: int) -> bool:
+    """GCS ``ifGenerationMatch=0`` / Azure ``If-None-Match: *`` create, through the
+    filesystem's own ``mode="create"`` (gcsfs, adlfs)."""
+    for attempt in range(attempts):
+        try:
+            fs.pipe_file(path, data, mode="create")
+            _invalidate_listing(fs, path)
+            return True
+        except Exception as exc:  # noqa: BLE001 - each library's conflict error
+            if _is_conflict(exc):
+                return _same_content(fs, path, data)
+            if attempt + 1 < attempts and _is_transient(exc):
+                time.sleep(0.1 * 2**attempt)
+                continue
+            raise
+    raise InvariantError(f"create_exclusive({path}): {attempts} attempts ended without an "
+                         "answer (attempts must be >= 1)")
+
+
+def _cloud_swap(fs: Any, path: str, data: bytes, tag: str) -> bool:
+    """Replace ``path`` only at version ``tag``: a GCS generation (``ifGenerationMatch``) or
+    an Azure etag (``If-Match``). False when another writer changed it first."""
+    try:
+        if is_gcs(fs):
+            _gcs_put(fs, path, data, if_generation_match=tag)
+        else:
+            from azure.core import MatchConditions
+
+            fs.pipe_file(path, data, overwrite=True, etag=f'"{tag}"',
+                         match_condition=MatchConditions.IfNotModified)
+    except FileNotFoundError:
+        return False
+    except Exception as exc:  # noqa: BLE001 - each library's conflict error
+        if _is_conflict(exc):
+            return _same_content(fs, path, data)
+        raise
+    _invalidate_listing(fs, path)
+    return True
+
+
+def _invalidate_listing(fs: Any, path: str) -> None:
+    """Drop the cached listings of ``path`` and its folder. adlfs's own write invalidates a
+    key without the container (so a listing of the folder stayed stale), gcsfs's the folder."""
+    stripped = fs._strip_protocol(path).rstrip("/")
+    fs.invalidate_cache(stripped)
+    fs.invalidate_cache(stripped.rsplit("/", 1)[0])
+
+
+def _gcs_put(fs: Any, path: str, data: bytes, *, if_generation_match: str) -> None:
+    """One JSON-API multipart upload with ``ifGenerationMatch``, as gcsfs's own
+    ``simple_upload`` builds it (the GCS emulator checks the precondition on this kind of
+    upload, not on ``uploadType=media``)."""
+    import json
+    from urllib.parse import quote
+
+    from fsspec.asyn import sync
+
+    bucket, key, _ = fs.split_path(path)
+    body = (b'--==0==\nContent-Type: application/json; charset=UTF-8\n\n'
+            + json.dumps({"name": key}).encode()
+            + b"\n--==0==\nContent-Type: application/octet-stream\n\n" + data
+            + b"\n--==0==--")
+    sync(fs.loop, fs._call, "POST", f"{fs._location}/upload/storage/v1/b/{quote(bucket)}/o",
+         uploadType="multipart", ifGenerationMatch=str(if_generation_match),
+         headers={"Content-Type": 'multipart/related; boundary="==0=="'}, data=body,
+         json_out=True)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    code = getattr(exc, "code", None) or getattr(exc, "status_code", None)
+    return code in (429, 500, 502, 503, 504) or isinstance(exc, (TimeoutError, ConnectionError))
 
 
 @contextlib.contextmanager

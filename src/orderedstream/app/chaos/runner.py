@@ -41,6 +41,8 @@ from orderedstream.app.job.pipeline import JobOptions, make_processor
 from orderedstream.core.commitlog import CommitLog
 from orderedstream.core.errors import ServiceError
 from orderedstream.core.jvm import bundled_jar
+from orderedstream.dev.services.azurite import AzuriteServer
+from orderedstream.dev.services.gcs import GCSServer
 from orderedstream.dev.services.kafka import KafkaBroker
 from orderedstream.dev.services.s3 import S3Server
 from orderedstream.dev.services.spark import SparkStandaloneCluster
@@ -106,7 +108,18 @@ class ChaosRun:
 
     def __init__(self, workdir: Path, faults: int, seed: int, gen: GeneratorOptions,
                  max_offsets_per_trigger: int = 1500, out: Any = print,
-                 cluster: bool = False, batch_timeout: float = 300.0) -> None:
+                 cluster: bool = False, batch_timeout: float = 300.0,
+                 store: str = "s3") -> None:
+        """``store``: where the job's state and output live: "s3" (SeaweedFS behind the
+        faulty proxy), "azure" (Azurite) or "gcs" (fake-gcs-server: the state there, the Delta
+        output on local disk, as delta-rs cannot write to that emulator). The S3 faults run
+        only with "s3"."""
+        if store not in ("s3", "azure", "gcs"):
+            raise ValueError(f"store {store!r}: give 's3', 'azure' or 'gcs'")
+        self.store = store
+        self.cloud: AzuriteServer | GCSServer | None = (
+            AzuriteServer(workdir / "azurite") if store == "azure"
+            else GCSServer(workdir / "gcs") if store == "gcs" else None)
         self._stop_producing = threading.Event()
         self.cluster: SparkStandaloneCluster | None = (
             SparkStandaloneCluster(workdir / "spark-cluster") if cluster else None)
@@ -130,9 +143,27 @@ class ChaosRun:
     def _log_commits(self) -> Any:
         assert self.opts is not None
         if self.opts.output_format == "delta":
-            return DeltaBatchLog(self.opts.output, self.s3.storage_options,
+            return DeltaBatchLog(self.opts.output, self._storage_options(),
                                  writer_id=self.opts.query_name)
-        return CommitLog(self.opts.output, self.s3.storage_options)
+        return CommitLog(self.opts.output, self._storage_options())
+
+    def _storage_options(self) -> dict[str, Any]:
+        return self.cloud.storage_options if self.cloud is not None else self.s3.storage_options
+
+    def _store_env(self) -> dict[str, str]:
+        """The job's credentials and settings for its store, through the environment."""
+        if isinstance(self.cloud, AzuriteServer):
+            return self.cloud.azure_env()
+        if self.cloud is not None:  # gcsfs's zonal-bucket probe: docs/storage.md
+            return {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+        return self.s3.aws_env()
+
+    def _endpoint_args(self) -> list[str]:
+        if self.cloud is not None:
+            flag = "--azure-endpoint" if self.store == "azure" else "--gcs-endpoint"
+            return [flag, self.cloud.endpoint]
+        assert self.proxy is not None
+        return ["--s3-endpoint", self.proxy.endpoint]
 
     def _latest_batch(self) -> int:
         try:
@@ -142,11 +173,11 @@ class ChaosRun:
         return -1 if latest is None else latest
 
     def start_job(self, available_now: bool = False) -> None:
-        assert self.opts is not None and self.proxy is not None
+        assert self.opts is not None
         argv = [sys.executable, "-m", "orderedstream.app.cli", "run",
                 "--bootstrap-servers", self.opts.bootstrap, "--output", self.opts.output,
                 "--state", self.opts.state_location, "--checkpoint", self.opts.checkpoint,
-                "--topic-pattern", self.opts.topic_pattern, "--s3-endpoint", self.proxy.endpoint,
+                "--topic-pattern", self.opts.topic_pattern, *self._endpoint_args(),
                 "--trigger", "1 second", "--progress-every", "5",
                 "--max-offsets-per-trigger", str(self.max_offsets)]
         if self.cluster is not None:  # a plain session on the cluster; else the embedded one
@@ -156,7 +187,7 @@ class ChaosRun:
         log = open(self.workdir / "job.log", "ab")  # noqa: SIM115 - owned by the child
         log.write(f"\n=== job start {time.strftime('%X')} {' '.join(argv[3:])}\n".encode())
         log.flush()
-        env = {**os.environ, **self.s3.aws_env(), "PYSPARK_PYTHON": sys.executable,
+        env = {**os.environ, **self._store_env(), "PYSPARK_PYTHON": sys.executable,
                # On the cluster the job's session is a plain one: the shim's jar (sticky
                # placement) and the executors' S3 credentials are given as a user gives
                # them, through Spark's own options.
@@ -215,7 +246,6 @@ class ChaosRun:
 
     # ---- faults --------------------------------------------------------------------------------
     def inject(self, fault: str) -> None:
-        assert self.proxy is not None
         time.sleep(self.rng.uniform(0.2, 4.0))  # a random moment of the running batch
         if fault == "kill_driver":
             self.kill_job()
@@ -237,10 +267,12 @@ class ChaosRun:
             time.sleep(self.rng.uniform(1, 5))
             self.kafka.restart()
         elif fault == "stop_s3":
+            assert self.proxy is not None, f"{fault}: the run's store is {self.store}, not S3"
             self.s3.kill()
             time.sleep(self.rng.uniform(1, 5))
             self.s3.restart()
         elif fault == "s3_faults":
+            assert self.proxy is not None, f"{fault}: the run's store is {self.store}, not S3"
             self.proxy.rates.slow_down = 0.15
             self.proxy.rates.internal_error = 0.05
             self.proxy.rates.stall = 0.05
@@ -321,12 +353,17 @@ class ChaosRun:
         began = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.kafka.start()
-        self.s3.start()
+        if self.cloud is not None:
+            self.cloud.start()
+            base = self.cloud.url("chaos")
+        else:
+            self.s3.start()
+            self.proxy = FaultyS3Proxy(self.s3.port, seed=self.rng.randrange(1 << 30)).start()
+            base = f"s3://{self.s3.bucket}/chaos"
         if self.cluster is not None:
             self.cluster.start()
-        self.proxy = FaultyS3Proxy(self.s3.port, seed=self.rng.randrange(1 << 30)).start()
-        base = f"s3://{self.s3.bucket}/chaos"
-        self.opts = JobOptions(bootstrap=self.kafka.bootstrap, output=f"{base}/output",
+        output = (str(self.workdir / "output") if self.store == "gcs" else f"{base}/output")
+        self.opts = JobOptions(bootstrap=self.kafka.bootstrap, output=output,
                                state_location=f"{base}/state",
                                checkpoint=str(self.workdir / "checkpoint"),
                                topic_pattern=f"{self.gen.prefix}-.*")
@@ -341,6 +378,8 @@ class ChaosRun:
                 time.sleep(0.2)
             self.start_job()
             kinds = CLUSTER_FAULTS if self.cluster is not None else FAULTS
+            if self.cloud is not None:
+                kinds = tuple(k for k in kinds if k not in ("stop_s3", "s3_faults"))
             schedule = [kinds[i % len(kinds)] for i in range(self.n_faults)]
             self.rng.shuffle(schedule)
             fault_ended: float | None = None
@@ -354,7 +393,8 @@ class ChaosRun:
             if self._producer_error is not None:
                 raise RuntimeError("the chaos generator failed") from self._producer_error
             self.kill_job()
-            self.proxy.rates = type(self.proxy.rates)()
+            if self.proxy is not None:
+                self.proxy.rates = type(self.proxy.rates)()
             self.out(f"[chaos] faults done; {self.report.records_generated} records generated; "
                      "draining Kafka with Trigger.AvailableNow")
             self.start_job(available_now=True)
@@ -365,13 +405,18 @@ class ChaosRun:
             self._verify()
         finally:
             self.kill_job()
-            self.proxy.stop()
+            if self.proxy is not None:
+                self.proxy.stop()
             self.kafka.kill()
-            self.s3.kill()
+            if self.cloud is not None:
+                self.cloud.kill()
+            else:
+                self.s3.kill()
             if self.cluster is not None:
                 self.cluster.stop()
-        self.report.s3_requests_faulted = {k: v for k, v in self.proxy.counts.items()
-                                           if k != "pass"}
+        if self.proxy is not None:
+            self.report.s3_requests_faulted = {k: v for k, v in self.proxy.counts.items()
+                                               if k != "pass"}
         if self.recoveries:
             self.report.recovery_seconds_median = round(statistics.median(self.recoveries), 2)
             self.report.recovery_seconds_max = max(self.recoveries)
@@ -381,7 +426,7 @@ class ChaosRun:
     def _verify(self) -> None:
         assert self.opts is not None
         opts = JobOptions(**{**asdict(self.opts),
-                             "storage_options": self.s3.storage_options})
+                             "storage_options": self._storage_options()})
         processor = make_processor(opts)
         verdict = verify_output(processor, opts)
         latest = processor.log.latest()
