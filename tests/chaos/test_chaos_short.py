@@ -31,6 +31,7 @@ def test_job_survives_one_fault_of_each_kind(tmp_path: Path) -> None:
 
 
 @pytest.mark.chaos
+@pytest.mark.slow  # its own run: scripts/test -m "chaos and slow"
 @pytest.mark.parametrize("store", ["azure", "gcs"])
 def test_job_survives_kills_with_its_state_on_a_cloud_store(tmp_path: Path, store: str) -> None:
     """kill -9 of the job, of a Python worker and of the broker with the state (and, on Azure,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orderedstream.app.job.demo import run_demo
 from orderedstream.app.job.generator import GeneratorOptions
 from orderedstream.sinks.deltalog import table_format
@@ -35,6 +37,7 @@ def test_job_keeps_state_and_delta_output_on_azure(azurite, spark, kafka, tmp_pa
     assert table_format(result.output, azurite.storage_options) == "delta"
 
 
+@pytest.mark.slow  # the Azure case covers the job path in CI
 def test_job_keeps_state_on_gcs(gcs, spark, kafka, tmp_path: Path) -> None:
     """State on gs://; the Delta output on local disk (the emulator has no XML API PUT, which
     delta-rs writes with)."""
