@@ -3,6 +3,7 @@ it: the suite's own classic SparkContext stays in this process, the server's in 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,25 @@ def connect_server(services_dir: Path, make_kafka: Any, s3: Any) -> Iterator[Con
 @pytest.fixture
 def connect(connect_server: ConnectServer) -> Iterator[Any]:
     """A new Spark Connect client session (``pyspark.sql.connect``), stopped after the test."""
+    before = {name: os.environ.get(name) for name in _CONNECT_ENV}
     session = connect_server.session()
-    yield session
-    for query in session.streams.active:
-        query.stop()
-    session.stop()
+    try:
+        yield session
+        for query in session.streams.active:
+            query.stop()
+        session.stop()
+    finally:
+        # pyspark marks the whole process as Connect (SPARK_CONNECT_MODE_ENABLED) when a client
+        # session is created and keeps the mark after stop(): every later classic DataFrame
+        # call of the suite would then take Connect's code paths.
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+_CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
 
 
 SLOW_WORKER = "Python worker failed to connect back"
