@@ -42,9 +42,16 @@ class _OneRowSource(DataSource):
 
 
 def _planner_daemons() -> list[str]:
-    """Command lines of this process tree's ``pyspark.daemon`` processes of planner modules."""
+    """Command lines of the ``pyspark.daemon`` processes of planner modules under this
+    session's driver JVM (not under other Spark processes this test run started, such as the
+    Spark Connect server of ``tests/connect``)."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    assert session is not None
+    jvm_pid = int(session._jvm.java.lang.ProcessHandle.current().pid())
     found = []
-    for proc in psutil.Process().children(recursive=True):
+    for proc in psutil.Process(jvm_pid).children(recursive=True):
         try:
             cmd = " ".join(proc.cmdline())
         except psutil.Error:
