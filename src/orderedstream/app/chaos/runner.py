@@ -28,12 +28,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from orderedstream.app.chaos.report import ChaosReport
 from orderedstream.app.chaos.s3proxy import FaultyS3Proxy
 from orderedstream.app.job.demo import verify_output
 from orderedstream.app.job.generator import GeneratorOptions, generate
@@ -50,57 +51,6 @@ from orderedstream.sinks.deltalog import DeltaBatchLog
 
 FAULTS = ("kill_driver", "kill_worker", "kill_broker", "stop_s3", "s3_faults")
 CLUSTER_FAULTS = FAULTS + ("kill_spark_worker",)
-
-
-@dataclass
-class ChaosReport:
-    """What the run survived and what the verification found."""
-
-    faults: dict[str, int] = field(default_factory=dict)
-    job_restarts: int = 0
-    batches_committed: int = 0
-    records_generated: int = 0
-    records_checked: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    out_of_order: int = 0
-    dead_letters_missing: int = 0
-    wrong_final_tables: int = 0
-    recovery_seconds_median: float | None = None
-    recovery_seconds_max: float | None = None
-    s3_requests_faulted: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    examples: list[str] = field(default_factory=list)
-
-    @property
-    def total_faults(self) -> int:
-        return sum(self.faults.values())
-
-    @property
-    def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.out_of_order
-                    or self.dead_letters_missing or self.wrong_final_tables)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "total_faults": self.total_faults, "ok": self.ok}
-
-    def markdown(self) -> str:
-        lines = ["# Chaos run", "",
-                 f"- faults survived: {self.total_faults} "
-                 + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())),
-                 f"- job restarts from checkpoint: {self.job_restarts}",
-                 f"- S3 requests faulted by the proxy: {self.s3_requests_faulted}",
-                 f"- batches committed: {self.batches_committed}",
-                 f"- records generated: {self.records_generated}; changes checked: "
-                 f"{self.records_checked}",
-                 f"- lost {self.lost}, duplicated {self.duplicated}, out of order "
-                 f"{self.out_of_order}, dead letters missing {self.dead_letters_missing}, "
-                 f"wrong final tables {self.wrong_final_tables}",
-                 f"- recovery (fault over to the next committed batch): median "
-                 f"{self.recovery_seconds_median}s, max {self.recovery_seconds_max}s",
-                 f"- wall time {self.seconds:.0f}s", f"- verdict: {'OK' if self.ok else 'FAILED'}"]
-        lines += [f"  - {e}" for e in self.examples]
-        return "\n".join(lines) + "\n"
 
 
 class ChaosRun:
