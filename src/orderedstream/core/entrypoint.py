@@ -17,6 +17,12 @@ from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource
 
+from orderedstream.core.worker_errors import reason_first_in_worker
+
+
+def _new_target(cls: type[LazyDataSource], options: dict[str, str]) -> Any:
+    return cls.target_class()(options=options)
+
 
 class LazyDataSource(DataSource):
     """A registration class: ``name()`` without imports; an instance is ``target``'s instance.
@@ -27,8 +33,9 @@ class LazyDataSource(DataSource):
 
     target: ClassVar[str] = ""
 
-    def __new__(cls, options: dict[str, str]) -> Any:  # noqa: D102 (see the class)
-        return cls.target_class()(options=options)
+    # The target's instance; a pack error it raises (a misspelled option) reaches Spark's
+    # message with one short frame (core.worker_errors), not this module's.
+    __new__ = reason_first_in_worker(_new_target)  # type: ignore[assignment]
 
     @classmethod
     def target_class(cls) -> type[DataSource]:
