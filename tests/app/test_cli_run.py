@@ -116,7 +116,8 @@ def _wait_for(path: Path, name: str, proc: subprocess.Popen[str], timeout: float
     raise AssertionError(f"{name} still 0 after {timeout}s")
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+# both reach the same shutdown path (core.shutdown); SIGINT's run is slow-marked
+@pytest.mark.parametrize("how", [pytest.param("ctrl-c", marks=pytest.mark.slow), "sigterm"])
 def test_a_signal_stops_a_running_job_cleanly_and_relative_paths_are_the_cwd_s(
         kafka, s3, tmp_path: Path, how: str) -> None:
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it: the JVM and the

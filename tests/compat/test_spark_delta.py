@@ -4,7 +4,6 @@ every release through delta-rs (the committed files, or Arrow into ``createDataF
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,21 +12,11 @@ import pytest
 from deltalake import DeltaTable
 from pyspark import cloudpickle
 
-from orderedstream.core.sparkcompat import SPARK_RELEASE
-from orderedstream.dev.services.spark import local_spark_session
 from orderedstream.sinks.deltalog import DeltaOutput
 from tests.compat.test_releases import _exact, _run, _stage, _stream, _twice
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.compat
-
-DELTA_SPARK = {(4, 0): "io.delta:delta-spark_4.0_2.13:4.4.0",
-               (4, 1): "io.delta:delta-spark_4.1_2.13:4.4.0",
-               (4, 2): "io.delta:delta-spark_4.2_2.13:4.4.0"}
-"""Spark release -> the delta-spark build for it on Maven Central (Delta 4.4.0 is built for
-Spark 4.0, 4.1 and 4.2, one artifact each; none yet for 4.3)."""
-IVY = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orderedstream" / "ivy"
-"""Ivy's cache of the delta-spark jars (``spark.jars.ivy``): downloaded once per machine."""
 
 
 def _ordered_output(spark: Any, kafka: Any, topic: Any, tmp_path: Path,
@@ -59,23 +48,6 @@ def test_spark_reads_the_committed_rows_through_delta_rs(spark, kafka, topic, tm
     arrow = spark.createDataFrame(DeltaOutput(out).to_arrow())
     assert sorted(arrow.select("partition", "offset").collect()) == sorted(
         files.select("partition", "offset").collect())
-
-
-@pytest.fixture
-def delta_spark(spark_sessions: Any) -> Any:
-    package = DELTA_SPARK.get(SPARK_RELEASE)
-    if package is None:
-        pytest.skip(f"no delta-spark release on Maven Central supports Spark {SPARK_RELEASE}")
-    spark_sessions.close_session()
-    conf = {"spark.jars.packages": package, "spark.jars.ivy": str(IVY),
-            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-            # Delta rebuilds each snapshot in 50 partitions by default: 50 tasks on 2 cores
-            "spark.databricks.delta.snapshotPartitions": "2"}
-    spark_sessions.session = local_spark_session("orderedstream-delta-spark", conf=conf,
-                                                 tmp_dir=spark_sessions.root / "delta")
-    spark_sessions.mode = "delta-spark"
-    return spark_sessions.session
 
 
 def test_delta_spark_reads_and_streams_each_batch_once(delta_spark, kafka, topic,

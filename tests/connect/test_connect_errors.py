@@ -9,49 +9,27 @@ server in its own process."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark import cloudpickle
 
 from orderedstream.core.sparkmode import is_connect
-from orderedstream.statestore.ordered import OrderedStateful
 from tests.connect.conftest import start_query
 from tests.fixtures import unique
 from tests.sinks.test_spark_sinks import make_input, stream
-from tests.sinks.test_user_query_option_errors import REASON_WITHIN, reason_index
-
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-SCHEMA = "key binary, n long"
-
-
-def count(key: Any, record: Any, state: Any) -> list[tuple[Any, ...]]:
-    n = state.get_option(0) + 1
-    state.update(n)
-    return [(key, n)]
+from tests.statestore.ordered.test_user_query_errors import (
+    _assert_reason_first,
+    _stage,
+    _topic_with_records,
+    wrong_rows,
+)
 
 
-def wrong_rows(key: Any, record: Any, state: Any) -> list[tuple[Any, ...]]:
-    return [(key, "not a number")]
-
-
-def _stage(s3: Any, tmp_path: Path, func: Any = count, **kwargs: Any) -> OrderedStateful:
-    url = s3.url(unique("cx-uq"))
-    return OrderedStateful(func, state_location=f"{url}/state", output=f"{url}/out",
-                           output_schema=SCHEMA, storage_options=s3.storage_options,
-                           store_options={"local_dir": str(tmp_path / "local")}, **kwargs)
-
-
-def _source(spark: Any, kafka: Any, name: str, **options: str) -> Any:
-    reader = (spark.readStream.format("orderedkafka")
-              .option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", name)
-              .option("startingOffsets", "earliest"))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
+def _source(spark: Any, kafka: Any, name: str) -> Any:
+    return (spark.readStream.format("orderedkafka")
+            .option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", name)
+            .option("startingOffsets", "earliest").load())
 
 
 def _failure(writer: Any, checkpoint: Path) -> BaseException:
@@ -64,21 +42,6 @@ def _failure(writer: Any, checkpoint: Path) -> BaseException:
         finally:
             query.stop()
     return failed.value
-
-
-def _topic_with_records(kafka: Any, topic: Any) -> str:
-    name = topic(partitions=2)
-    assert kafka.produce(name, [(f"k{i % 5}".encode(), b"v") for i in range(40)]) == 40
-    return name
-
-
-def _assert_reason_first(exc: BaseException, sentence: str, *named: str) -> None:
-    at = reason_index(exc, sentence)
-    text = str(exc)
-    assert at <= REASON_WITHIN, text[:3000]
-    for part in named:
-        assert part in text[at:at + 1000], text[at:at + 1500]
-    print(f"connect: reason at {at} of {len(text)}: {sentence[:60]}")
 
 
 def test_a_missing_key_column_is_named_first_through_connect(connect, kafka, topic, s3,

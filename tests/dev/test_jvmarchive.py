@@ -34,6 +34,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache" / "jvm"
 
 
+@pytest.mark.slow  # a whole build; scripts/bootstrap.sh builds and uses the archive every run
 def test_the_archive_is_built_complete_and_serves_sparks_classes(cache: Path,
                                                                  tmp_path: Path) -> None:
     assert jvmarchive.java_options() == ""  # none yet: the JVM starts as before

@@ -93,6 +93,7 @@ def _stayed(records: list[BatchRecord]) -> tuple[int, int]:
     return stayed, compared
 
 
+@pytest.mark.slow  # the ordered stage's placement test covers the same path end to end
 def test_tasks_stay_on_the_executor_that_holds_their_state(cluster_spark: Any,
                                                            shim_jar: Path,
                                                            tmp_path: Path) -> None:

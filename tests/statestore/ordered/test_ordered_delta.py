@@ -31,7 +31,8 @@ from tests.statestore.ordered.order_check import ORDER_SCHEMA, check_order
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(params=["s3", "local"])
+# local disk: the same code path as S3 with another filesystem; the long run is slow-marked
+@pytest.fixture(params=["s3", pytest.param("local", marks=pytest.mark.slow)])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     if request.param == "local":
         return str(tmp_path / unique("lake")), {}

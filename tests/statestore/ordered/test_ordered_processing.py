@@ -223,6 +223,7 @@ def test_replay_after_a_crash_commits_output_and_state_exactly_once(spark, kafka
         assert set(chains.values()) == {True}, chains  # batch 1: a log
 
 
+@pytest.mark.slow
 def test_state_written_as_checkpoints_and_as_logs_reads_back_across_a_mode_switch(
         spark, kafka, topic, s3, s3_url, tmp_path) -> None:
     """The main job's default moved to changelog snapshots: a job restarted with the other
