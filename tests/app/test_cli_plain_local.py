@@ -5,23 +5,14 @@ generated record in the Delta output exactly once, in order per session."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from orderedstream.app.job.demo import verify_output
-from orderedstream.app.job.generator import GeneratorOptions, generate
-from orderedstream.app.job.pipeline import JobOptions, make_processor
 from orderedstream.core import tuning
 from orderedstream.dev.local.settings import JOB_CONF
-from tests.fixtures import unique
-
-#: What the test process has that a user's shell would not: the tuning switch and the
-#: variables of the test process's own Spark session.
-_NOT_GIVEN = (tuning.ENV, "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_HOME",
-              "PYSPARK_SUBMIT_ARGS", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+from tests.job.plainjob import assert_exactly_once, small_job, users_shell_env
 
 
 def _spark_properties(events: Path) -> dict[str, str]:
@@ -38,21 +29,13 @@ def _spark_properties(events: Path) -> dict[str, str]:
 
 def test_run_on_a_local_master_is_a_plain_session_and_writes_exactly_once(
         kafka: Any, s3: Any, tmp_path: Path) -> None:
-    prefix = unique("plainrun")
-    gen = GeneratorOptions(prefix=prefix, sites=2, late_sites=0, partitions=2,
-                           sessions_per_site=4, rows=3, updates=12, bad_fraction=0.05, seed=23)
-    generated = generate(kafka.bootstrap, gen, create_topic=kafka.create_topic)
-    opts = JobOptions(bootstrap=kafka.bootstrap, output=s3.url(unique("plainout")),
-                      state_location=s3.url(unique("plainstate")),
-                      checkpoint=str(tmp_path / "checkpoint"), topic_pattern=f"{prefix}-.*",
-                      storage_options=s3.storage_options)
+    opts, generated = small_job(kafka, s3, tmp_path, "plainrun", seed=23)
     events = tmp_path / "events"
     events.mkdir()
     # the user's configuration, as a user gives it to a session pyspark starts
     user_conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
                  "spark.eventLog.compress": "false", "spark.sql.shuffle.partitions": "2"}
-    env = {k: v for k, v in os.environ.items() if k not in _NOT_GIVEN}
-    env.update(s3.aws_env(), PYSPARK_SUBMIT_ARGS=" ".join(
+    env = users_shell_env(**s3.aws_env(), PYSPARK_SUBMIT_ARGS=" ".join(
         f"--conf {k}={v}" for k, v in user_conf.items()) + " pyspark-shell")
     proc = subprocess.run(
         [sys.executable, "-m", "orderedstream.app.cli", "run", "--master", "local[2]",
@@ -65,12 +48,7 @@ def test_run_on_a_local_master_is_a_plain_session_and_writes_exactly_once(
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "[job] stopped:" in proc.stdout, proc.stdout[-4000:]
 
-    verdict = verify_output(make_processor(opts), opts)
-    assert verdict.checked == verdict.expected_changes > 0
-    assert verdict.expected_changes + verdict.expected_dead_letters == generated.records
-    assert (verdict.lost, verdict.duplicated, verdict.out_of_order,
-            verdict.dead_letters_missing, verdict.wrong_final_tables) == (0, 0, 0, 0, 0), \
-        verdict.examples
+    assert_exactly_once(opts, generated)
 
     props = _spark_properties(events)
     assert props["spark.master"] == "local[2]"

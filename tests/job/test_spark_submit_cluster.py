@@ -4,7 +4,6 @@ tuning off): every generated record in the Delta output exactly once, in order p
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,22 +12,12 @@ from typing import Any
 import pytest
 
 from orderedstream.app import submit
-from orderedstream.app.job.demo import verify_output
-from orderedstream.app.job.generator import GeneratorOptions, generate
-from orderedstream.app.job.pipeline import JobOptions, make_processor
-from orderedstream.core import tuning
 from orderedstream.core.jvm import bundled_jar
 from orderedstream.dev.services.spark import spark_home
 from orderedstream.sinks.deltalog import table_format
-from tests.fixtures import unique
+from tests.job.plainjob import assert_exactly_once, small_job, users_shell_env
 
 pytestmark = pytest.mark.cluster
-
-#: What the test process has that a user's spark-submit would not: the tuning switch and
-#: the variables of the test process's own Spark session.
-_NOT_GIVEN = (tuning.ENV, "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_HOME",
-              "PYSPARK_SUBMIT_ARGS")
-
 
 def test_the_script_path_is_printed_for_spark_submit() -> None:
     printed = subprocess.run([sys.executable, "-m", "orderedstream.app.submit"], check=True,
@@ -39,14 +28,7 @@ def test_the_script_path_is_printed_for_spark_submit() -> None:
 def test_spark_submit_runs_the_main_job_exactly_once_in_a_plain_session(
         spark_sessions: Any, spark_cluster: Any, kafka: Any, s3: Any, tmp_path: Path) -> None:
     spark_sessions.close_session()  # the cluster's two cores go to the submitted application
-    prefix = unique("submitjob")
-    gen = GeneratorOptions(prefix=prefix, sites=2, late_sites=0, partitions=2,
-                           sessions_per_site=4, rows=3, updates=12, bad_fraction=0.05, seed=21)
-    generated = generate(kafka.bootstrap, gen, create_topic=kafka.create_topic)
-    opts = JobOptions(bootstrap=kafka.bootstrap, output=s3.url(unique("submitout")),
-                      state_location=s3.url(unique("submitstate")),
-                      checkpoint=str(tmp_path / "checkpoint"), topic_pattern=f"{prefix}-.*",
-                      storage_options=s3.storage_options)
+    opts, generated = small_job(kafka, s3, tmp_path, "submitjob", seed=21)
     aws = s3.aws_env()
     conf = {"spark.pyspark.python": sys.executable, "spark.executor.cores": "1",
             "spark.cores.max": "2", "spark.executor.memory": "1g",
@@ -64,19 +46,13 @@ def test_spark_submit_runs_the_main_job_exactly_once_in_a_plain_session(
              "--available-now", "--max-offsets-per-trigger", "60", "--progress-every", "5"]
     executor_logs = Path(spark_cluster.workdir).glob("work-*/app-*/*/stderr")
     before = set(executor_logs)
-    env = {k: v for k, v in os.environ.items() if k not in _NOT_GIVEN}
-    env.update(aws, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    env = users_shell_env(**aws, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=540, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "[job] stopped:" in proc.stdout, proc.stdout[-4000:]
 
-    verdict = verify_output(make_processor(opts), opts)
-    assert verdict.checked == verdict.expected_changes > 0
-    assert verdict.expected_changes + verdict.expected_dead_letters == generated.records
-    assert (verdict.lost, verdict.duplicated, verdict.out_of_order,
-            verdict.dead_letters_missing, verdict.wrong_final_tables) == (0, 0, 0, 0, 0), \
-        verdict.examples
+    assert_exactly_once(opts, generated)
     assert table_format(opts.output, s3.storage_options) == "delta"
     # the application ran on the cluster's executors (a log folder per executor)
     started = set(Path(spark_cluster.workdir).glob("work-*/app-*/*/stderr")) - before
