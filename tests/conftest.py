@@ -74,14 +74,17 @@ SERVICE_FIXTURES = frozenset({"kafka", "make_kafka", "s3", "make_s3", "s3_url", 
                               "services_dir", "shim_jar"})
 #: Folders (and top-level modules) whose tests start services or processes of their own.
 SERVICE_FOLDERS = ("dev", "chaos", "shim", "job", "test_docs_examples.py")
+#: Single modules (paths under ``tests/``) that start services through a subprocess.
+SERVICE_MODULES = frozenset({"benchmarks/test_cases_tiny.py"})
 
 
 def _needs_services(item: pytest.Item) -> bool:
     closure = set(getattr(item, "fixturenames", ()))
     params = getattr(getattr(item, "callspec", None), "params", {})
-    folder = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts[0]
+    relative = Path(str(item.fspath)).relative_to(Path(__file__).parent)
     stores = any(isinstance(v, str) and v in ("s3", "gcs", "azure") for v in params.values())
-    return bool(closure & SERVICE_FIXTURES) or stores or folder in SERVICE_FOLDERS
+    return (bool(closure & SERVICE_FIXTURES) or stores or relative.parts[0] in SERVICE_FOLDERS
+            or relative.as_posix() in SERVICE_MODULES)
 
 
 @pytest.hookimpl(tryfirst=True)

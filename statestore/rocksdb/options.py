@@ -24,11 +24,9 @@ _M_ARENA_MAX = -8
 def _tune_glibc_malloc() -> None:
     """One malloc arena and a fixed 128 KiB mmap threshold for this process (glibc only).
 
-    With glibc's defaults RSS overshot the memory bound by ~17% (peak RSS 446 MiB above the
-    interpreter against a 384 MiB bound at 100M keys): RocksDB's flush/compaction threads each
-    get their own arena whose freed memory the reading thread's block cache cannot reuse, and
-    once a freed memtable arena block raises glibc's dynamic mmap threshold, later 2-8 MiB
-    memtable blocks come from the heap and stay resident after the memtable is freed.
+    With glibc's defaults RSS overshoots the memory bound: RocksDB's threads each get an arena
+    the block cache cannot reuse, and freed memtable blocks stay resident (reasons and figures:
+    docs/decisions/0015-memory-bound-per-worker.md). Runs on executors (the Python workers).
     Must run before RocksDB starts its threads; explicit MALLOC_* / GLIBC_TUNABLES win. A
     process-wide change: only with ``ORDEREDSTREAM_PROCESS_TUNING=1`` (``core.tuning``)."""
     if not process_tuning() or os.environ.get("GLIBC_TUNABLES"):
@@ -65,9 +63,8 @@ def make_options(opts: StateStoreOptions, *, raw_mode: bool = True) -> rocksdict
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     table.set_bloom_filter(10, False)
-    # Partitioned index and filters: a compacted 64 MiB SST has a multi-MiB full filter, larger
-    # than one shard of the block cache, so it was re-read on every get (25x slower random gets
-    # at 3M keys with a 16 MiB cache). Partitions are 4 KiB blocks that cache like data blocks.
+    # Partitioned index and filters: a large SST's full filter can exceed one block cache shard
+    # and be re-read on every get; partitions are small blocks that cache like data blocks.
     table.set_index_type(rocksdict.BlockBasedIndexType.two_level_index_search())
     table.set_partition_filters(True)
     table.set_metadata_block_size(4096)
@@ -82,11 +79,9 @@ def make_options(opts: StateStoreOptions, *, raw_mode: bool = True) -> rocksdict
     # ordered stage opens each partition once per batch, so a local copy collected a
     # LOG.old file per batch. Two are enough to read what the last opens said.
     o.set_keep_log_file_num(2)
-    # At open RocksDB loads the SSTs' table readers with up to 16 threads it starts per
-    # column family (the default), so every open of a 4-family partition started ~46
-    # threads: 16 ms per open of a small local copy, 5-6 ms with one. The files are local
-    # and page-cached (just written or downloaded), so loading them is CPU work, and the
-    # stage already runs one worker per core.
+    # One table-reader thread per open: the files are local and page-cached, so loading them is
+    # CPU work, and the stage already runs one worker per core; RocksDB's default starts a
+    # pool of threads per column family at every open.
     o.set_max_file_opening_threads(1)
     return o
 
