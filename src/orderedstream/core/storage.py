@@ -116,6 +116,26 @@ def fs_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str,
     return options
 
 
+def url_to_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """``fsspec.core.url_to_fs`` with the pack's ``storage_options`` (``fs_options``). A
+    ``gs://`` URL with an endpoint of its own (an emulator, a private endpoint) gets gcsfs's
+    plain ``GCSFileSystem``: its experimental zonal/hierarchical class probes each bucket over
+    gRPC, which emulators do not serve. Scoped to this filesystem object; nothing else changes.
+
+    Runs on
+    -------
+    both (the process that opens the filesystem reads the credentials)"""
+    import fsspec
+
+    options = fs_options(url, storage_options)
+    if url_scheme(url) in GCS_SCHEMES and options.get("endpoint_url"):
+        from gcsfs.core import GCSFileSystem
+
+        fs = GCSFileSystem(**options)
+        return fs, fs._strip_protocol(url)
+    return fsspec.core.url_to_fs(url, **options)  # type: ignore[no-any-return]
+
+
 def _azure_connection_string(endpoint: str) -> str:
     """An Azure Storage connection string for ``endpoint`` with the environment's account
     name and key or SAS token (only in memory, in the process that opens the filesystem)."""
