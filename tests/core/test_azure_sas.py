@@ -76,3 +76,21 @@ def test_a_read_only_sas_token_is_refused_at_start_naming_the_store(
         check_location(url, "output", azurite.storage_options)
     assert str(info.value).startswith(f"output location {url!r} on Azure Blob Storage is not "
                                       "writable (")
+
+
+def test_a_service_principal_on_an_https_endpoint_is_left_to_default_azure_credential(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No key or SAS: adlfs gets the account and host (``DefaultAzureCredential`` reads the
+    service principal or managed identity itself); the secret is in no option."""
+    for name in ("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "acct")
+    monkeypatch.setenv("AZURE_CLIENT_SECRET", "not-a-real-secret")
+    url = "az://lake/x"
+    given = {"azure": {"endpoint": "https://acct.privatelink.blob.core.windows.net/"}}
+    options = storage.fs_options(url, given)
+    assert options == {"account_name": "acct",
+                       "account_host": "acct.privatelink.blob.core.windows.net"}
+    monkeypatch.setenv("AZURE_STORAGE_SAS_TOKEN", "sv=x&sig=y")
+    assert storage.fs_options(url, given)["connection_string"].endswith(
+        "SharedAccessSignature=sv=x&sig=y;")
