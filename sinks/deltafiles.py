@@ -121,11 +121,64 @@ def _cloud_delta_options(scheme: str, storage_options: Mapping[str, Any] | None,
         out["google_base_url" if gcs else "azure_storage_endpoint"] = str(endpoint).rstrip("/")
         if str(endpoint).lower().startswith("http://"):
             out["allow_http"] = "true"
-            if gcs:
-                out["google_skip_signature"] = "true"  # an emulator: no token over http
+            if gcs:  # an emulator: object_store's own switch for one, no token requested
+                out["google_service_account_key"] = json.dumps(
+                    {"gcs_base_url": out["google_base_url"], "disable_oauth": True,
+                     "client_email": "", "private_key": "", "private_key_id": ""})
     prefix = "google_" if gcs else "azure_"
     out.update({k: str(v) for k, v in given.items() if k.lower().startswith(prefix)})
     return out
 
 
-__all__ = ["add_action", "delta_storage_options", "is_s3", "log_path", "partition_values"]
+def check_delta_writes(url: str, what: str, storage_options: Mapping[str, Any] | None) -> None:
+    """On ``gs://``: delta-rs can write a table under ``url`` (a one-row probe table, then
+    removed). delta-rs (Rust ``object_store``) writes every object and commits every log
+    entry through the XML API (``PUT /bucket/object``, the commit with
+    ``x-goog-if-generation-match: 0``); gcsfs, which the start checks use, writes through
+    the JSON API. A store or emulator without the XML API (fake-gcs-server) is refused here,
+    before a batch runs. Other URLs: nothing to do.
+
+    Raises
+    ------
+    LocationError
+        The store, the URL and what to use instead, first in the message.
+
+    Runs on
+    -------
+    driver"""
+    import uuid
+
+    if url.split("://", 1)[0].lower() not in ("gs", "gcs"):
+        return
+    import contextlib
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from orderedstream.core.errors import LocationError
+    from orderedstream.core.storage import url_to_fs
+
+    probe = f"{url.rstrip('/')}/_orderedstream-delta-probe-{uuid.uuid4().hex[:12]}"
+    options = delta_storage_options(url, storage_options)
+    endpoint = (dict(storage_options or {}).get("gcs") or {}).get("endpoint")
+    try:
+        write_deltalake(probe, pa.table({"probe": [1]}), storage_options=options)
+    except Exception as exc:  # noqa: BLE001 - reported with the URL
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        text = text[text.find("Server returned"):] if "Server returned" in text else text
+        text = text[:300]
+        raise LocationError(
+            f"{what} location {url!r}: Google Cloud Storage at "
+            f"{endpoint or 'its default endpoint'} refused delta-rs's write ({text}). delta-rs "
+            "writes through the XML API (PUT /bucket/object with x-goog-if-generation-match), "
+            "which fake-gcs-server does not serve; use Google Cloud Storage itself, or "
+            "fenced Parquet output (--output-format parquet, format('fencedparquet')) on "
+            "this endpoint") from exc
+    finally:
+        with contextlib.suppress(Exception):
+            fs, root = url_to_fs(probe, storage_options)
+            fs.rm(root, recursive=True)
+
+
+__all__ = ["add_action", "check_delta_writes", "delta_storage_options", "is_s3", "log_path",
+           "partition_values"]

@@ -56,6 +56,7 @@ from orderedstream.sinks.deltacommit import (
     arrow_offsets,
     merge_offsets,
 )
+from orderedstream.sinks.deltafiles import check_delta_writes
 from orderedstream.sinks.deltalog import check_no_other_format
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.schema import spark_to_arrow
@@ -123,6 +124,7 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
                 self.table_schema = self._committer.check_schema(self.arrow_schema)
                 if not self._committer.has_table:  # not committed to yet: can it be?
                     check_location(options.path, where, options.storage_options)
+                    check_delta_writes(options.path, where, options.storage_options)
                     check_no_other_format(options.path, options.storage_options,
                                           writing="delta", who="format('fenceddelta')")
         except BaseException:

@@ -40,7 +40,7 @@ from orderedstream.core.commitlog import CommitLog, CommitRecord
 from orderedstream.core.datafile import DataFile
 from orderedstream.core.errors import CorruptLogError, OptionError, TableIntegrityError
 from orderedstream.core.sparkmode import text_frame
-from orderedstream.core.storage import fs_options
+from orderedstream.core.storage import url_to_fs
 from orderedstream.sinks.schema import decode_schema, spark_to_arrow
 from orderedstream.sinks.table import FencedTable
 
@@ -75,12 +75,11 @@ class CommittedFileReader:
         self.batch_rows = batch_rows
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import fsspec
         import pyarrow.dataset as ds
 
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
         target = pa.ipc.read_schema(pa.py_buffer(self.target_ipc))
-        fs, root = fsspec.core.url_to_fs(self.url, **fs_options(self.url, self.storage_options))
+        fs, root = url_to_fs(self.url, self.storage_options)
         root = root.rstrip("/")
         for batch in batches:
             for text in batch.column("file").to_pylist():

@@ -104,11 +104,10 @@ def _filesystem(location: str, storage_options: Mapping[str, Any]) -> tuple[Any,
         return fsspec.filesystem("file"), location[len("file:"):]
     if location.startswith(("s3a://", "s3n://")):
         location = "s3://" + location.split("://", 1)[1]
-    from orderedstream.core.storage import fs_options
+    from orderedstream.core.storage import url_to_fs
 
     local = location.startswith("file://")
-    fs, root = fsspec.core.url_to_fs(location, **({} if local else fs_options(location,
-                                                                                storage_options)))
+    fs, root = url_to_fs(location, {} if local else storage_options)
     return fs, root.rstrip("/")
 
 

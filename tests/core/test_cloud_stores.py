@@ -106,3 +106,27 @@ def test_refused_azure_credentials_fail_at_start_naming_the_store(
     assert message.startswith(f"state location {url!r} on Azure Blob Storage is not writable "
                               "(HttpResponseError: Server failed to authenticate")
     assert "AZURE_STORAGE_ACCOUNT_KEY" in message
+
+
+def test_an_emulator_endpoint_gets_plain_gcsfs_without_the_environment_switch(gcs) -> None:
+    """Without ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` gcsfs's default class probes each
+    bucket over gRPC; a ``gs://`` URL with an endpoint of its own gets the plain class (that
+    filesystem object only), and it reads and writes the emulator."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys, gcsfs, gcsfs.core\n"
+        "from orderedstream.core import storage\n"
+        "url, options = json.loads(sys.argv[1])\n"
+        "fs, root = storage.url_to_fs(url, options)\n"
+        "fs.pipe_file(root + '/probe', b'ok')\n"
+        "print(gcsfs.GCSFileSystem is not gcsfs.core.GCSFileSystem,\n"
+        "      type(fs) is gcsfs.core.GCSFileSystem, fs.cat_file(root + '/probe') == b'ok')\n")
+    env = {k: v for k, v in os.environ.items() if k != "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"}
+    arg = json.dumps([gcs.url(unique("plain")), gcs.storage_options])
+    out = subprocess.run([sys.executable, "-c", code, arg], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["True", "True", "True"]  # the default class is the extended one here

@@ -19,7 +19,7 @@ from typing import Any
 from orderedstream.app.argtypes import at_least
 from orderedstream.core.errors import CommitConflictError, OptionError, TableIntegrityError
 from orderedstream.core.location import open_location
-from orderedstream.core.storage import fs_options
+from orderedstream.core.storage import url_to_fs
 from orderedstream.sinks.cli import add_cloud_endpoints, storage_options_from_args
 from orderedstream.sinks.deltafiles import delta_storage_options, log_path
 from orderedstream.sinks.deltalog import DELTA_LOG, DeltaBatchLog, table_format
@@ -97,11 +97,10 @@ def _vacuum(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    import fsspec
     import pyarrow as pa
 
     table, storage = _open(args)
-    fs, root = fsspec.core.url_to_fs(args.url.rstrip("/"), **fs_options(args.url, storage))
+    fs, root = url_to_fs(args.url.rstrip("/"), storage)
     root = root.rstrip("/")
     actions = pa.table(table.get_add_actions(flatten=True))
     paths = [log_path(p) for p in actions["path"].to_pylist()]

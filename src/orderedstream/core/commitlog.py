@@ -33,8 +33,6 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-import fsspec
-
 from orderedstream.core import storage
 from orderedstream.core.commitrecord import FORMAT_VERSION, CommitRecord, Epoch
 from orderedstream.core.datafile import DataFile
@@ -67,8 +65,7 @@ class CommitLog:
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = url.rstrip("/")
         self.storage_options = dict(storage_options or {})
-        self.fs, self.root = fsspec.core.url_to_fs(
-            self.url, **storage.fs_options(self.url, self.storage_options))
+        self.fs, self.root = storage.url_to_fs(self.url, self.storage_options)
         self.root = self.root.rstrip("/")
         self.meta = f"{self.root}/{META_DIR}"
         self._cache: dict[int, CommitRecord] = {}

@@ -131,6 +131,6 @@ def url_to_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tup
     if (url.startswith(("s3://", "s3a://")) and "::" not in url and "?" not in url
             and objectstore.settings_for(options) is not None):
         return LazyS3FileSystem(options), LazyS3FileSystem._strip_protocol(url)
-    import fsspec
+    from orderedstream.core.storage import url_to_fs as open_url
 
-    return fsspec.core.url_to_fs(url, **options)  # type: ignore[no-any-return]
+    return open_url(url, storage_options)

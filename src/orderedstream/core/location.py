@@ -16,7 +16,7 @@ from typing import Any
 
 from orderedstream.core import storage
 from orderedstream.core.errors import LocationError, OrderedStreamError
-from orderedstream.core.storage import fs_options, is_local, is_local_url, is_s3
+from orderedstream.core.storage import fs_options, is_local, is_local_url, is_s3, url_to_fs
 
 _PROBE = "_orderedstream_probe"
 _DATA = b"orderedstream location check"
@@ -34,11 +34,10 @@ def open_location(url: str, what: str, storage_options: Mapping[str, Any] | None
     fsspec cannot open (unknown protocol, its package missing, a malformed endpoint), an S3
     endpoint that does not answer, or a bucket that does not exist is ``LocationError`` naming
     ``what`` and the URL, not a traceback or a wait of minutes."""
-    import fsspec
 
     options = fs_options(url, storage_options)
     try:
-        fs, root = fsspec.core.url_to_fs(url, **options)
+        fs, root = url_to_fs(url, storage_options)
     except Exception as exc:  # noqa: BLE001 - reported with the URL
         raise LocationError(f"{what} location {url!r} cannot be opened: {type(exc).__name__}: "
                             f"{_short(exc)}. Give a local path or an fsspec URL "

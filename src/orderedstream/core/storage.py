@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orderedstream.core import objectstore
+from orderedstream.core.azureauth import azure_endpoint_fs_options
 from orderedstream.core.errors import InvariantError, UnsupportedStorageError
 
 _RETRYABLE_CODES = {"ConditionalRequestConflict", "OperationAborted", "SlowDown",
@@ -111,29 +112,29 @@ def fs_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str,
     if scheme in AZURE_SCHEMES:
         endpoint = azure.pop("endpoint", None)
         if endpoint and "connection_string" not in azure:
-            azure["connection_string"] = _azure_connection_string(str(endpoint).rstrip("/"))
+            azure.update(azure_endpoint_fs_options(str(endpoint).rstrip("/")))
         return azure
     return options
 
 
-def _azure_connection_string(endpoint: str) -> str:
-    """An Azure Storage connection string for ``endpoint`` with the environment's account
-    name and key or SAS token (only in memory, in the process that opens the filesystem)."""
-    account = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or os.environ.get(
-        "AZURE_STORAGE_ACCOUNT")
-    if not account:
-        raise UnsupportedStorageError(
-            f"Azure endpoint {endpoint}: no storage account named. Set AZURE_STORAGE_ACCOUNT_NAME "
-            "(with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN) in the environment")
-    parts = [f"DefaultEndpointsProtocol={endpoint.split('://', 1)[0]}",
-             f"AccountName={account}", f"BlobEndpoint={endpoint}"]
-    key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY") or os.environ.get("AZURE_STORAGE_KEY")
-    sas = os.environ.get("AZURE_STORAGE_SAS_TOKEN")
-    if key:
-        parts.append(f"AccountKey={key}")
-    elif sas:
-        parts.append(f"SharedAccessSignature={sas.lstrip('?')}")
-    return ";".join(parts) + ";"
+def url_to_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """``fsspec.core.url_to_fs`` with the pack's ``storage_options`` (``fs_options``). A
+    ``gs://`` URL with an endpoint of its own (an emulator, a private endpoint) gets gcsfs's
+    plain ``GCSFileSystem``: its experimental zonal/hierarchical class probes each bucket over
+    gRPC, which emulators do not serve. Scoped to this filesystem object; nothing else changes.
+
+    Runs on
+    -------
+    both (the process that opens the filesystem reads the credentials)"""
+    import fsspec
+
+    options = fs_options(url, storage_options)
+    if url_scheme(url) in GCS_SCHEMES and options.get("endpoint_url"):
+        from gcsfs.core import GCSFileSystem
+
+        fs = GCSFileSystem(**options)
+        return fs, fs._strip_protocol(url)
+    return fsspec.core.url_to_fs(url, **options)  # type: ignore[no-any-return]
 
 
 def private_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -52,9 +52,9 @@ class GCSServer:
         return "gs://" + "/".join([self.bucket, *[p.strip("/") for p in parts if p]])
 
     def filesystem(self) -> Any:
-        import gcsfs
+        import gcsfs.core
 
-        return gcsfs.GCSFileSystem(endpoint_url=self.endpoint, token="anon",
+        return gcsfs.core.GCSFileSystem(endpoint_url=self.endpoint, token="anon",
                                    skip_instance_cache=True)
 
     def start(self, timeout: float = 60.0) -> GCSServer:
