@@ -138,6 +138,15 @@ def check_delta_writes(url: str, what: str, storage_options: Mapping[str, Any] |
     the JSON API. A store or emulator without the XML API (fake-gcs-server) is refused here,
     before a batch runs. Other URLs: nothing to do.
 
+    Parameters
+    ----------
+    url
+        The Delta output's location.
+    what
+        How the error names the location (e.g. ``"fenceddelta output location"``).
+    storage_options
+        The pack's storage options for ``url``.
+
     Raises
     ------
     LocationError

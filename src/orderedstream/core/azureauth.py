@@ -16,6 +16,18 @@ from orderedstream.core.errors import UnsupportedStorageError
 def azure_endpoint_fs_options(endpoint: str) -> dict[str, Any]:
     """adlfs keyword arguments for ``endpoint`` (no trailing slash).
 
+    Parameters
+    ----------
+    endpoint
+        The Blob service URL (``--azure-endpoint``): an emulator's ``http://`` URL or a
+        private ``https://`` endpoint.
+
+    Returns
+    -------
+    dict
+        A connection string built from the account key or SAS token in the environment, or,
+        without either, the account and host for adlfs's ``DefaultAzureCredential``.
+
     Raises
     ------
     UnsupportedStorageError

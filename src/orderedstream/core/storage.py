@@ -123,6 +123,18 @@ def url_to_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tup
     plain ``GCSFileSystem``: its experimental zonal/hierarchical class probes each bucket over
     gRPC, which emulators do not serve. Scoped to this filesystem object; nothing else changes.
 
+    Parameters
+    ----------
+    url
+        A location URL (``s3://``, ``gs://``, ``az://``, ``abfs://``, ``file://`` or a path).
+    storage_options
+        The pack's storage options for that URL (endpoint, credentials' environment).
+
+    Returns
+    -------
+    tuple
+        The fsspec filesystem and the path inside it.
+
     Runs on
     -------
     both (the process that opens the filesystem reads the credentials)"""
