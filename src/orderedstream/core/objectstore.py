@@ -221,9 +221,22 @@ def get_many(fs: Any, paths: Sequence[str], *,
     ``workers`` threads: path -> bytes, or the error ``get`` would raise. None when the
     obstore path is not available for every path (the caller reads with ``fs``).
 
-    Why: the driver's state retention reads the manifests of every batch since the previous
-    run (12 partitions x 10 batches in the small-batch case). Through s3fs that took 2.8 ms a
-    manifest, 335 ms per run, all inside the batch that ran it."""
+    Why: the driver's state retention reads the manifests of every batch since its previous
+    run, one small object each, inside the batch that runs it; one at a time through s3fs
+    they added up (docs/decisions/0013-obstore-for-small-puts.md).
+
+    Parameters
+    ----------
+    fs
+        The fsspec filesystem the paths belong to.
+    paths
+        Object paths inside ``fs``.
+    workers
+        Reader threads.
+
+    Runs on
+    -------
+    driver"""
     if not paths:
         return {}
     located = {path: _split(fs, path) for path in paths}

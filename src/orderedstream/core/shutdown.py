@@ -1,20 +1,18 @@
 """The driver's end without idle waits: a Spark session's stop, and the interpreter's exit.
 
-``SparkSession.stop()`` stops the JVM's context (about 50 ms here), then shuts pyspark's
-accumulator server down and waits for it. That server answers in a thread whose request
-handler polls the JVM's connection once a second (the JVM keeps it open after its context
-stops) inside ``socketserver``'s loop, which polls every 0.5 s: the stop waits 0.5-1.5 s for
-nothing (0.57 and 0.92 s measured at the end of ``orderedstream run --available-now``).
-``stop_session`` makes the same stop and leaves that shutdown to a daemon thread: a process
-that ends next does not wait for it, and one that goes on (a new session, a test) sees it
-finish in the background, as pyspark's own stop would have finished it.
+``SparkSession.stop()`` stops the JVM's context, then shuts pyspark's accumulator server down
+and waits for it. That server answers in a thread whose request handler polls the JVM's
+connection once a second (the JVM keeps it open after its context stops) inside
+``socketserver``'s polling loop: the stop waits for nothing (docs/decisions/0019-quick-driver-
+exit.md). ``stop_session`` makes the same stop and leaves that shutdown to a daemon thread: a
+process that ends next does not wait for it, and one that goes on (a new session, a test) sees
+it finish in the background, as pyspark's own stop would have finished it.
 
 ``freeze_heap_at_exit`` is for a program's entry point: the interpreter's exit runs several
-full garbage collections over the whole heap (pyspark, pyarrow, the pack: about 127,000
-objects in ``orderedstream run``'s driver), 0.27 s of its last 0.33 s measured here. One
-collection, then ``gc.freeze()``, as the last exit handler: garbage with finalizers is still
-finalized (files flushed), and the exit's collections skip what is left, which the process's
-end frees anyway.
+full garbage collections over the whole heap (pyspark, pyarrow, the pack), most of a driver's
+exit (docs/decisions/0019-quick-driver-exit.md). One collection, then ``gc.freeze()``, as the
+last exit handler: garbage with finalizers is still finalized (files flushed), and the exit's
+collections skip what is left, which the process's end frees anyway.
 """
 
 from __future__ import annotations

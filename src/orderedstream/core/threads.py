@@ -3,8 +3,8 @@ threads.
 
 A stage task of a small batch wrote its output with a Parquet thread and an upload thread and
 uploaded its state files with up to ``upload_concurrency`` more, all started anew for every
-Kafka partition: 3-5 thread starts per partition, each ~1 ms of wall time on a busy worker
-while the new thread waits for the GIL to say it started. ``lend`` hands out an idle pool of
+Kafka partition: several thread starts per partition, each waiting on a busy worker for the
+GIL to say it started. ``lend`` hands out an idle pool of
 the same name and size, or a new one, and takes it back once its job is done.
 
 The borrower's contract: leaving the ``with`` block normally, every future it submitted is
