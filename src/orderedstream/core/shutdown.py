@@ -3,10 +3,11 @@
 ``SparkSession.stop()`` stops the JVM's context, then shuts pyspark's accumulator server down
 and waits for it. That server answers in a thread whose request handler polls the JVM's
 connection once a second (the JVM keeps it open after its context stops) inside
-``socketserver``'s polling loop: the stop waits for nothing (docs/decisions/0019-quick-driver-
-exit.md). ``stop_session`` makes the same stop and leaves that shutdown to a daemon thread: a
-process that ends next does not wait for it, and one that goes on (a new session, a test) sees
-it finish in the background, as pyspark's own stop would have finished it.
+``socketserver``'s polling loop: the stop waits for nothing
+(docs/decisions/0019-quick-driver-exit.md). ``stop_session`` makes the same stop and leaves
+that shutdown to a daemon thread: a process that ends next does not wait for it, and one that
+goes on (a new session, a test) sees it finish in the background, as pyspark's own stop would
+have finished it.
 
 ``freeze_heap_at_exit`` is for a program's entry point: the interpreter's exit runs several
 full garbage collections over the whole heap (pyspark, pyarrow, the pack), most of a driver's
