@@ -101,7 +101,7 @@ def test_the_checker_finds_each_breach() -> None:
 def bare(x): pass
 
 def timed(x):
-    """Do it in 12 ms, see issue #51.
+    """Do it in 12 ms, see #00.
 
     Parameters
     ----------
