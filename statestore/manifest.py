@@ -100,7 +100,7 @@ class Manifest:
     format
         The manifest format number (see ``READABLE_FORMATS``).
     extra
-        The caller's metadata (e.g. the ordered processor's batch commit).
+        The writer's own metadata, kept as given.
     changelog
         Write logs of the versions after the checkpoint in ``files``, oldest first."""
 
