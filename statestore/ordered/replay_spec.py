@@ -81,6 +81,21 @@ def _function_spec(func: Any) -> dict[str, Any]:
 
 
 def timeout_spec(timeout: Timeout) -> dict[str, Any]:
+    """A timeout mode as JSON (:func:`timeout_from_spec` reads it back).
+
+    Parameters
+    ----------
+    timeout
+        ``NoTimeout``, ``ProcessingTimeTimeout`` or ``EventTimeTimeout``.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"kind": "none" | "processing" | "event", ...}`` with its milliseconds and column.
+
+    Runs on
+    -------
+    driver"""
     if isinstance(timeout, ProcessingTimeTimeout):
         return {"kind": "processing", "default_ms": timeout.default_ms}
     if isinstance(timeout, EventTimeTimeout):
@@ -89,6 +104,26 @@ def timeout_spec(timeout: Timeout) -> dict[str, Any]:
 
 
 def timeout_from_spec(spec: Mapping[str, Any] | None) -> Timeout:
+    """The timeout mode of :func:`timeout_spec`'s JSON.
+
+    Parameters
+    ----------
+    spec
+        The recorded timeout, or ``None`` (no timeout).
+
+    Returns
+    -------
+    Timeout
+        The mode; an unknown kind gives ``NoTimeout()``.
+
+    Raises
+    ------
+    OptionError
+        The recorded values do not make a valid timeout.
+
+    Runs on
+    -------
+    driver"""
     kind = (spec or {}).get("kind", "none")
     if kind == "processing":
         default = spec.get("default_ms") if spec else None
