@@ -96,7 +96,7 @@ class GroupState:
 
     # ---- writing ---------------------------------------------------------------------------
     def update(self, value: Any) -> None:
-        """Set the key's state to ``value``; written when the partition commits.
+        """Set the key's state to ``value`` (written to the store at the next flush).
 
         Parameters
         ----------
