@@ -91,8 +91,10 @@ class Manifest:
         The parent version's manifest path, or ``None`` for the first version.
     files
         The last full checkpoint's files.
-    num_keys, key_counts, ttl_entries
-        Keys in all, keys per state space, entries in the expiry index.
+    num_keys, key_counts
+        Keys in all, and per state space.
+    ttl_entries
+        Meant for the expiry index's entry count; no writer sets it now (0).
     spaces
         State space name -> codec spec.
     writer, created_at
