@@ -1,12 +1,8 @@
 """A version's manifest: the files that make the RocksDB checkpoint, with sizes and checksums.
 
-SST files are referenced by remote name (shared between versions); the few small non-SST
-files (CURRENT, MANIFEST-*, OPTIONS-*, ...) are inlined when small. In changelog mode
-(``orderedstream.statestore.rocksdb.changelog``) ``files`` is the last full checkpoint and
-``changelog`` the per-version write logs replayed on top of it, oldest first; a small log is
-inlined (``StateStoreOptions.changelog_inline_bytes``), which saves its PUT and its GET. The
-manifest also records key counts, the codec of each state space (so any reader can decode)
-and who wrote it.
+It also records the changelog chain replayed on top of the checkpoint (changelog mode, see
+docs/decisions/0018-changelog-snapshots.md), key counts, each state space's codec (so any
+reader can decode) and who wrote it.
 """
 
 from __future__ import annotations
@@ -53,16 +49,63 @@ class FileEntry:
 
 
 _ENTRY_FIELDS = tuple(f.name for f in fields(FileEntry))
+# SST files are referenced by remote name (shared between versions); the small non-SST files
+# (CURRENT, MANIFEST-*, OPTIONS-*, ...) are inlined. A small changelog is inlined too
+# (``StateStoreOptions.changelog_inline_bytes``), which saves its PUT and its GET.
 
 
 def format_for(changelog: tuple[FileEntry, ...]) -> int:
-    """The format a manifest with this changelog chain is written in: ``FORMAT`` when a log
-    is inlined, else ``VALUES_FORMAT`` (readable by the versions before inlined logs)."""
+    """The format a manifest with this changelog chain is written in.
+
+    ``FORMAT`` only when a log is inlined, else ``VALUES_FORMAT``, so that readers from
+    before inlined logs still read every manifest they can restore.
+
+    Parameters
+    ----------
+    changelog
+        The manifest's changelog chain (empty for a checkpoint-only manifest).
+
+    Returns
+    -------
+    int
+        ``FORMAT`` or ``VALUES_FORMAT``.
+
+    Runs on
+    -------
+    executor"""
     return FORMAT if any(e.inline is not None for e in changelog) else VALUES_FORMAT
 
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
+    """One committed version of one partition's state: its checkpoint files and changelogs.
+
+    Written as JSON next to the version (:meth:`to_json`) and read back by restore, the
+    state reader and retention (:meth:`from_json`, :func:`read_manifest`).
+
+    Attributes
+    ----------
+    partition, version, parent_version
+        The partition, this version and the version it was built on.
+    parent_manifest
+        The parent version's manifest path, or ``None`` for the first version.
+    files
+        The last full checkpoint's files.
+    num_keys, key_counts
+        Keys in all, and per state space.
+    ttl_entries
+        Meant for the expiry index's entry count; no writer sets it now (0).
+    spaces
+        State space name -> codec spec.
+    writer, created_at
+        :func:`writer_identity` of the writer; the write's epoch time in seconds.
+    format
+        The manifest format number (see ``READABLE_FORMATS``).
+    extra
+        The writer's own metadata, kept as given.
+    changelog
+        Write logs of the versions after the checkpoint in ``files``, oldest first."""
+
     partition: int
     version: int
     parent_version: int
@@ -81,8 +124,18 @@ class Manifest:
     """Write logs of the versions after the checkpoint in ``files`` (oldest first)."""
 
     def to_json(self) -> bytes:
-        # Field by field, not dataclasses.asdict: asdict deep-copies every entry and value
-        # (0.6 ms of a small batch's partition task); json.dumps only reads them.
+        """The manifest as compact, key-sorted JSON (an empty changelog is left out).
+
+        Returns
+        -------
+        bytes
+            UTF-8 JSON that :meth:`from_json` reads back.
+
+        Runs on
+        -------
+        executor"""
+        # Field by field, not dataclasses.asdict: asdict deep-copies every entry and value,
+        # a cost on every partition task's commit; json.dumps only reads them.
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         for name in ("files", "changelog"):
             data[name] = [{k: v for k in _ENTRY_FIELDS if (v := getattr(e, k)) is not None}
@@ -93,8 +146,30 @@ class Manifest:
 
     @classmethod
     def from_json(cls, raw: bytes, path: str = "<manifest>") -> Manifest:
-        """Parse a manifest. Garbled or unknown-format -> ``CorruptStateError``; a format
-        newer than this reader's -> ``UnsupportedFormatError`` (upgrade the reader)."""
+        """Parse a manifest written by :meth:`to_json`.
+
+        Parameters
+        ----------
+        raw
+            The manifest object's bytes.
+        path
+            Where it was read from, for error messages.
+
+        Returns
+        -------
+        Manifest
+            The parsed manifest.
+
+        Raises
+        ------
+        UnsupportedFormatError
+            The format is newer than this reader knows (read it with a newer orderedstream).
+        CorruptStateError
+            Not JSON, not an object, an unknown format, or missing or unexpected fields.
+
+        Runs on
+        -------
+        both"""
         try:
             data = json.loads(raw)
         except ValueError as exc:
@@ -129,17 +204,59 @@ class Manifest:
 
     @property
     def total_bytes(self) -> int:
+        """Bytes of every file the version consists of: checkpoint files and changelogs."""
         return sum(f.size for f in self.files) + sum(f.size for f in self.changelog)
 
 
 def writer_identity(writer: str | None, attempt: str) -> dict[str, Any]:
-    """Who wrote a manifest: caller's label (e.g. Spark task attempt), host, pid, attempt id."""
+    """Who wrote a manifest: the caller's label, host, process id and attempt id.
+
+    Parameters
+    ----------
+    writer
+        The caller's label (e.g. the Spark task attempt), or ``None`` for none.
+    attempt
+        The writing attempt's id.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"writer", "host", "pid", "attempt"}`` for ``Manifest.writer``.
+
+    Runs on
+    -------
+    executor"""
     return {"writer": writer or "", "host": socket.gethostname(), "pid": os.getpid(),
             "attempt": attempt}
 
 
 def read_manifest(fs: Any, root: str, rel_path: str) -> Manifest:
-    """Load a manifest by its location-relative path; missing or garbled -> CorruptStateError."""
+    """Load a manifest by its location-relative path (one GET).
+
+    Parameters
+    ----------
+    fs
+        The location's filesystem (fsspec-like, as :func:`read_object` takes).
+    root
+        The state location's root path.
+    rel_path
+        The manifest's path relative to ``root``.
+
+    Returns
+    -------
+    Manifest
+        The parsed manifest.
+
+    Raises
+    ------
+    CorruptStateError
+        The manifest is missing (the location was damaged) or unreadable.
+    UnsupportedFormatError
+        It was written in a newer format than this reader knows.
+
+    Runs on
+    -------
+    both"""
     path = f"{root}/{rel_path}"
     try:
         raw = read_object(fs, path)  # one GET on S3 (no size HEAD)

@@ -60,10 +60,40 @@ class StateLocation:
 
     @staticmethod
     def partition_dir(partition: int) -> str:
+        """The directory of one partition's state under the location root.
+
+        Parameters
+        ----------
+        partition
+            The state partition.
+
+        Returns
+        -------
+        str
+            ``"p=<partition>"``, relative to the root.
+
+        Runs on
+        -------
+        both"""
         return f"p={partition}"
 
     @staticmethod
     def join(*parts: str) -> str:
+        """Join remote path parts with ``/`` (never the OS separator).
+
+        Parameters
+        ----------
+        *parts
+            Path parts, e.g. a root, :meth:`partition_dir` and a file name.
+
+        Returns
+        -------
+        str
+            The joined path (``posixpath.join``).
+
+        Runs on
+        -------
+        both"""
         return posixpath.join(*parts)
 
 
@@ -94,7 +124,8 @@ class StateStoreOptions:
     the lookups). ``exact_key_count=False`` skips them and reports RocksDB's estimate, for
     blind-write-heavy state.
 
-    Snapshots: by default every commit uploads a checkpoint's new SST files. With
+    Snapshots (docs/decisions/0018-changelog-snapshots.md): by default every commit uploads a
+    checkpoint's new SST files. With
     ``changelog=True`` a commit uploads only the version's puts and deletes (a write log), and
     a full checkpoint every ``snapshot_interval`` versions; a restore replays at most
     ``snapshot_interval - 1`` logs. Bytes uploaded then follow bytes changed even when
@@ -103,7 +134,8 @@ class StateStoreOptions:
     fewer), while the chain's inlined logs stay within four times that; 0 uploads every log
     (manifests then stay readable by versions before inlined logs).
 
-    Reuse: ``close`` keeps up to ``keep_open`` clean partitions open in the process, so the
+    Reuse (docs/decisions/0017-keep-partitions-open.md): ``close`` keeps up to ``keep_open``
+    clean partitions open in the process, so the
     next ``open`` of one at the version it holds costs no RocksDB open; another process that
     opens it has it closed first (``orderedstream.statestore.rocksdb.keepopen``). Their memory
     is within the same bound. 0 closes at once. Keeping serves other processes from a daemon
@@ -176,18 +208,66 @@ class StateStoreOptions:
         """RocksDB memory a worker process may hold for stores with these sizes: the block
         cache (which memtables are charged to) plus the memtable budget as headroom (memtables
         being flushed, compaction buffers, memory the allocator holds). Excludes the Python
-        interpreter and values the caller holds. Measured 0.90x of it at 100M keys."""
+        interpreter and values the caller holds. Why one bound per worker, and how it was
+        checked: docs/decisions/0015-memory-bound-per-worker.md."""
         return self.block_cache_bytes + self.memtable_budget_bytes
 
     def codec_for(self, space: str) -> Codec:
+        """The codec values of ``space`` are stored with.
+
+        Parameters
+        ----------
+        space
+            The state space's name.
+
+        Returns
+        -------
+        Codec
+            ``space_codecs[space]`` when given, else ``codec``.
+
+        Runs on
+        -------
+        both"""
         return self.space_codecs.get(space, self.codec)
 
     def resolved_local_dir(self) -> str:
+        """The directory local copies of state go under.
+
+        Returns
+        -------
+        str
+            ``local_dir`` when set, else :func:`default_local_dir` (under Spark's local dir
+            when running in an executor, else the temp dir).
+
+        Runs on
+        -------
+        executor"""
         return self.local_dir or default_local_dir()
 
     @classmethod
     def from_strings(cls, options: Mapping[str, str]) -> StateStoreOptions:
-        """Parse string options (Spark's case-insensitive dict); ``codec`` takes a name."""
+        """Build options from Spark's string options; names not of a field are ignored.
+
+        Parameters
+        ----------
+        options
+            Option names (case-insensitive) to strings: ``codec`` takes a codec name,
+            booleans ``true``/``false``, numbers their text; ``space_codecs`` is not settable.
+
+        Returns
+        -------
+        StateStoreOptions
+            Validated options, defaults for the fields not given.
+
+        Raises
+        ------
+        OptionError
+            An unknown codec name, a boolean or number that does not parse, or a value the
+            field's validation refuses.
+
+        Runs on
+        -------
+        driver"""
         known = {f.name.lower(): f for f in fields(cls) if f.name != "space_codecs"}
         kwargs: dict[str, Any] = {}
         for raw_key, raw in options.items():

@@ -1,13 +1,6 @@
 """``spark.read.format("rocksstate")``: committed state versions as a DataFrame (batch read).
 
-Options (case-insensitive): ``location`` (required fsspec URL), ``version`` (default: each
-partition's latest), ``partition`` (default: all), ``space`` (default: all spaces),
-``storage_options`` (JSON object for fsspec, e.g. s3 endpoint and keys) and any
-``StateStoreOptions`` field (``local_dir``, ``block_cache_bytes``, ...).
-
-Columns: ``partition``, ``version``, ``space``, ``key`` (binary), ``key_str`` (UTF-8 key or
-null), ``value`` and ``expires_at_ms``. ``value`` is JSON text of the decoded value; when
-``space`` names a space stored with a ``SchemaCodec``, it is a struct of that schema instead.
+The options and columns are described on :class:`RockStateDataSource`.
 """
 
 from __future__ import annotations
@@ -47,6 +40,28 @@ class RockStateReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> RockStateReadOptions:
+        """Parse and check the reader's Spark options (names case-insensitive).
+
+        Parameters
+        ----------
+        options
+            The options given to ``spark.read.format("rocksstate")``.
+
+        Returns
+        -------
+        RockStateReadOptions
+            The parsed options; ``raw`` keeps them with lower-case names.
+
+        Raises
+        ------
+        OptionError
+            No ``location`` (or ``path``); an unknown option (with the closest known name);
+            ``storage_options`` not a JSON object; ``version`` or ``partition`` not a
+            non-negative integer; a ``StateStoreOptions`` field that does not parse.
+
+        Runs on
+        -------
+        driver"""
         opts = {k.lower(): v for k, v in options.items()}
         url = opts.get("location") or opts.get("path")
         if not url:
@@ -90,6 +105,16 @@ class RockStateReadOptions:
                    space=opts.get("space") or None, raw=opts)
 
     def store(self) -> RocksDBStateStore:
+        """A state store on the options' location (imports rocksdict on first use).
+
+        Returns
+        -------
+        RocksDBStateStore
+            A new store object; nothing is read until it is used.
+
+        Runs on
+        -------
+        both"""
         from orderedstream.statestore.rocksdb.store import RocksDBStateStore
 
         return RocksDBStateStore(self.location, self.store_options)
@@ -113,10 +138,20 @@ TAIL_FIELDS = [pa.field("expires_at_ms", pa.int64())]
 
 
 class RockStateDataSource(DataSource):
-    """Batch reader of committed state. Constructed on the driver; pickled to executors."""
+    """Batch reader of committed state. Constructed on the driver; pickled to executors.
+
+    Options (case-insensitive): ``location`` (required fsspec URL), ``version`` (default:
+    each partition's latest), ``partition`` (default: all), ``space`` (default: all spaces),
+    ``storage_options`` (JSON object for fsspec, e.g. s3 endpoint and keys) and any
+    ``StateStoreOptions`` field (``local_dir``, ``block_cache_bytes``, ...).
+
+    Columns: ``partition``, ``version``, ``space``, ``key`` (binary), ``key_str`` (UTF-8 key
+    or null), ``value`` and ``expires_at_ms``. ``value`` is JSON text of the decoded value;
+    when ``space`` names a space stored with a ``SchemaCodec``, a struct of that schema."""
 
     @classmethod
     def name(cls) -> str:
+        """The format name Spark registers the source under: ``"rocksstate"``."""
         return "rocksstate"
 
     def _parsed(self) -> RockStateReadOptions:
@@ -142,12 +177,51 @@ class RockStateDataSource(DataSource):
         return pa.schema([*BASE_FIELDS, pa.field("value", value_type), *TAIL_FIELDS])
 
     def schema(self) -> StructType:
-        """Driver. Reads one manifest when ``space`` is given (to type the value column)."""
+        """The DataFrame's schema; reads one manifest when ``space`` is given.
+
+        The manifest tells the space's codec: a ``SchemaCodec`` types ``value`` as its struct.
+
+        Returns
+        -------
+        StructType
+            The columns listed on the class.
+
+        Raises
+        ------
+        OptionError
+            The options do not parse (see :meth:`RockStateReadOptions.parse`).
+        CorruptStateError
+            The manifest read to type ``value`` is missing or unreadable.
+
+        Runs on
+        -------
+        driver"""
         from pyspark.sql.pandas.types import from_arrow_schema
 
         return from_arrow_schema(self._arrow_schema())
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """The reader Spark plans partitions with and pickles to executors.
+
+        Parameters
+        ----------
+        schema
+            The schema Spark resolved (from :meth:`schema`); the reader types rows by its
+            own Arrow schema, which is the same.
+
+        Returns
+        -------
+        DataSourceReader
+            A :class:`RockStateReader` of the parsed options.
+
+        Raises
+        ------
+        OptionError
+            The options do not parse.
+
+        Runs on
+        -------
+        driver"""
         return RockStateReader(self._parsed(), self._arrow_schema())
 
 
@@ -165,6 +239,22 @@ class RockStateReader(DataSourceReader):
         self.arrow_schema = arrow_schema
 
     def partitions(self) -> list[InputPartition]:
+        """One input partition per state partition read, with the version to read.
+
+        Returns
+        -------
+        list[InputPartition]
+            The given ``partition`` or every committed one, each at ``version`` or its latest.
+
+        Raises
+        ------
+        StateNotFoundError
+            No partition was ever committed at the location; a partition has no committed
+            version; or the given ``version`` was never committed (the last ones are named).
+
+        Runs on
+        -------
+        driver"""
         store = self.options.store()
         parts = ([self.options.partition] if self.options.partition is not None
                  else store.partitions())
@@ -187,7 +277,28 @@ class RockStateReader(DataSourceReader):
         return splits
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor: restore the version into a private temp copy and stream its rows."""
+        """Restore one planned version into a private temporary copy and stream its rows.
+
+        Parameters
+        ----------
+        partition
+            One of the partitions :meth:`partitions` planned.
+
+        Returns
+        -------
+        Iterator[pa.RecordBatch]
+            Rows of the version's spaces (or of ``space``), in batches of ``BATCH_ROWS``.
+
+        Raises
+        ------
+        InvariantError
+            ``partition`` is not one this reader planned.
+        CorruptStateError
+            The version's files are missing or do not match their checksums.
+
+        Runs on
+        -------
+        executor"""
         if not isinstance(partition, _Split):
             raise InvariantError(f"rocksstate reader got a {type(partition).__name__} to read, "
                                  "not one of the partitions it planned")

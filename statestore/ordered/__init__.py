@@ -1,17 +1,9 @@
 """Ordered stateful processing of Kafka partitions on top of the state store (no shuffle).
 
-``OrderedStateful`` is a ``foreachBatch`` function: each Kafka partition's records of a
-micro-batch run through a user function in offset order on the executors (one narrow
-``mapInArrow`` stage), with per-key state (``GroupState``), processing-time and event-time
-timeouts, Parquet output and state versions published together in one exclusive commit
-record per batch: a replayed batch is skipped, output and state never disagree. State older
-than the last ``keep_batches`` records is deleted every ``cleanup_interval_batches`` batches
-(``orderedstream.statestore.ordered.retention``); ``BatchResult.output_df()`` returns a batch's
-committed rows as a DataFrame for another sink (``orderedstream.statestore.ordered.output``).
-
-    from orderedstream.statestore.ordered import OrderedStateful, ProcessingTimeTimeout
-
-See ``orderedstream.statestore.ordered.processor`` for a full example.
+``OrderedStateful`` runs each Kafka partition's records of a micro-batch through a user
+function in offset order on the executors, with per-key state (``GroupState``) and timeouts;
+output and state versions are published together in one commit per batch, so a replayed
+batch is skipped and output and state never disagree. Usage: docs/ordered-stage.md.
 """
 
 from __future__ import annotations
@@ -35,8 +27,8 @@ if TYPE_CHECKING:
     from orderedstream.statestore.ordered.retention import RetentionPolicy, RetentionResult
 
 # Driver-side parts load on first use: executor tasks import this package for the runner, and
-# the driver's modules pull in the sink's table reader (pyarrow.dataset, pandas): about 0.35 s
-# of every Python worker's start.
+# the driver's modules pull in the sink's table reader (pyarrow.dataset, pandas), a cost on
+# every Python worker's start (docs/decisions/0014-no-pandas-import.md).
 _LAZY = {"BatchResult": "batch", "OrderedStateful": "processor",
          "RetentionPolicy": "retention", "RetentionResult": "retention"}
 

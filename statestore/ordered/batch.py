@@ -1,12 +1,7 @@
 """One batch's result and commit, shared by both forms of the ordered stage (driver side).
 
-``OrderedStateful.process_batch`` (the stage runs inside ``foreachBatch``) and
-``OrderedStateful.commit_batch`` (the stage is part of the streaming plan,
-``orderedstream.statestore.ordered.inplan``) both end here once every task reported its
-``PartitionCommit``: :func:`finish_batch` refuses a Kafka partition processed twice, builds
-the batch's ``extra`` (the carried-forward state map), makes the ONE commit (Delta: files +
-state manifests + offsets; fenced Parquet: the commit record, then ``_spark_metadata``),
-records placement and runs the due retention. :class:`BatchResult` says what it did.
+``OrderedStateful.process_batch`` (inside ``foreachBatch``) and ``commit_batch`` (the stage in
+the streaming plan) both end in :func:`finish_batch` once every task reported its commit.
 """
 
 from __future__ import annotations
@@ -42,10 +37,12 @@ class BatchResult:
 
     @property
     def records(self) -> int:
+        """Input records the batch's tasks processed, over every Kafka partition."""
         return sum(c.records for c in self.commits)
 
     @property
     def output_rows(self) -> int:
+        """Output rows the batch's commit record lists."""
         return self.record.rows
 
     preferred: Mapping[str, str] = field(default_factory=dict)
@@ -84,11 +81,34 @@ class BatchResult:
 
     def output_df(self, spark: Any = None, *, engine: Literal["arrow", "spark"] = "arrow"
                   ) -> Any:
-        """The rows this batch committed, as a Spark DataFrame read from exactly the files its
-        commit record lists; the same rows when the batch was a skipped replay. Forward them
-        to another sink inside ``foreachBatch``; that sink must dedupe by batch id, since a
-        replay returns them again (see ``orderedstream.statestore.ordered.output``). ``spark``
-        defaults to the active session."""
+        """The rows this batch committed, as a DataFrame read from exactly the files its commit
+        record lists; the same rows when the batch was a skipped replay.
+
+        Forward them to another sink inside ``foreachBatch``; that sink must dedupe by batch
+        id, since a replay returns them again (see ``orderedstream.statestore.ordered.output``).
+
+        Parameters
+        ----------
+        spark
+            The Spark session to read with; ``None``: the active session.
+        engine
+            ``"arrow"`` reads the files with pyarrow and hands Spark the table; ``"spark"``
+            reads them with Spark's own reader.
+
+        Returns
+        -------
+        pyspark.sql.DataFrame
+            The batch's committed output rows.
+
+        Raises
+        ------
+        OptionError
+            The result was built without its ``OrderedStateful`` (use
+            ``OrderedStateful.batch_output(batch_id)``).
+
+        Runs on
+        -------
+        driver"""
         if self.processor is None:
             raise OptionError("this BatchResult was built without its OrderedStateful; use "
                               "OrderedStateful.batch_output(batch_id) instead")
@@ -99,10 +119,45 @@ class BatchResult:
 def finish_batch(processor: Any, prepared: Any, plan: BatchPlan,
                  bases: Mapping[str, PartitionBase], commits: list[PartitionCommit], *,
                  planned: Offsets | None, placed: Any = None) -> BatchResult:
-    """Commit batch ``plan.batch_id`` of ``processor`` (an ``OrderedStateful``) from its
-    tasks' ``commits``; ``prepared`` is what the sink's prepare step returned for a batch
-    that is not committed yet. ``planned``: the Kafka ranges the batch covers (Delta stores
-    them as the batch's offsets; None: the offsets the tasks processed)."""
+    """Commit one batch from its tasks' partition commits, in one commit of the sink.
+
+    Refuses a Kafka partition processed twice, builds the batch's ``extra`` (the
+    carried-forward state map), makes the one commit (Delta: files, state manifests and
+    offsets; fenced Parquet: the commit record, then ``_spark_metadata``), records placement
+    and runs the retention that is due.
+
+    Parameters
+    ----------
+    processor
+        The ``OrderedStateful`` running the stage.
+    prepared
+        What the sink's prepare step returned for this (not yet committed) batch.
+    plan
+        The batch's plan (``plan.batch_id`` is the batch committed).
+    bases
+        Kafka partition -> the state each task started from.
+    commits
+        The tasks' commits, one per Kafka partition processed.
+    planned
+        The Kafka ranges the batch covers (Delta stores them as the batch's offsets);
+        ``None``: the offsets the tasks processed.
+    placed
+        The placement the batch was planned with, or ``None`` without placement.
+
+    Returns
+    -------
+    BatchResult
+        What the batch did; also kept as ``processor.last_result``.
+
+    Raises
+    ------
+    OrderViolationError
+        Two tasks processed the same Kafka partition (its records were split across Spark
+        partitions).
+
+    Runs on
+    -------
+    driver"""
     batch_id = plan.batch_id
     seen: dict[str, PartitionCommit] = {}
     for commit in commits:

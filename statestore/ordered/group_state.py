@@ -56,7 +56,21 @@ class GroupState:
         return self._entry.value
 
     def get_option(self, default: Any = None) -> Any:
-        """The state value, or ``default`` when there is none."""
+        """The state value, or ``default`` when there is none.
+
+        Parameters
+        ----------
+        default
+            What to return when the key has no state.
+
+        Returns
+        -------
+        Any
+            The value, or ``default``.
+
+        Runs on
+        -------
+        executor"""
         return self._entry.value if self._entry.exists else default
 
     @property
@@ -82,8 +96,22 @@ class GroupState:
 
     # ---- writing ---------------------------------------------------------------------------
     def update(self, value: Any) -> None:
-        """Set the key's state to ``value`` (any picklable object; None is refused with
-        ``StateValueError``, a ``ValueError`` as in Spark)."""
+        """Set the key's state to ``value`` (written to the store at the next flush).
+
+        Parameters
+        ----------
+        value
+            Any picklable object (by the stage's codec). Call again after changing it in
+            place: mutation is not tracked.
+
+        Raises
+        ------
+        StateValueError
+            ``value`` is ``None`` (a ``ValueError``, as in Spark; use :meth:`remove`).
+
+        Runs on
+        -------
+        executor"""
         if value is None:
             raise StateValueError("state.update(None) is not allowed; use state.remove()")
         entry = self._entry
@@ -100,8 +128,24 @@ class GroupState:
         entry.dirty = True
 
     def set_timeout_duration(self, duration: Duration) -> None:
-        """Time the key out ``duration`` after this batch's processing time (processing-time
-        timeouts only). Cleared by the next call for the key unless set again."""
+        """Time the key out ``duration`` after this batch's processing time.
+
+        Cleared by the next call for the key unless set again.
+
+        Parameters
+        ----------
+        duration
+            Milliseconds (int), a ``datetime.timedelta`` or a string such as ``"1 hour"``.
+
+        Raises
+        ------
+        OptionError
+            The processor does not have processing-time timeouts, or ``duration`` does not
+            parse.
+
+        Runs on
+        -------
+        executor"""
         if self._timeout_kind != "processing":
             raise OptionError("set_timeout_duration() needs timeout=ProcessingTimeTimeout(); "
                               f"this processor has {self._timeout_kind!r} timeouts")
@@ -117,8 +161,23 @@ class GroupState:
         self._timeout_set = True
 
     def set_timeout_timestamp(self, timestamp: int | datetime.datetime) -> None:
-        """Time the key out once the partition's watermark passes ``timestamp`` (epoch ms or
-        datetime; event-time timeouts only). Must not be below the current watermark."""
+        """Time the key out once the Kafka partition's watermark passes ``timestamp``.
+
+        Parameters
+        ----------
+        timestamp
+            Epoch milliseconds (int) or a ``datetime`` (naive is taken as UTC); not below the
+            current watermark.
+
+        Raises
+        ------
+        OptionError
+            The processor does not have event-time timeouts; ``timestamp`` is neither an int
+            nor a datetime, is not positive, or is older than the watermark.
+
+        Runs on
+        -------
+        executor"""
         if self._timeout_kind != "event":
             raise OptionError("set_timeout_timestamp() needs timeout=EventTimeTimeout(...); "
                               f"this processor has {self._timeout_kind!r} timeouts")

@@ -1,21 +1,8 @@
 """A task's Kafka partitions, two in flight: one runs the user function while the other waits.
 
-A partition of a batch is mostly waiting when it is small: the Kafka fetch of its range, the
-RocksDB open of its local copy or restore, the Parquet upload, the state's PUTs and fsyncs.
-Run one after the other, a task of six 100-record partitions keeps its Python worker waiting
-most of its time. :func:`in_order` runs up to :func:`partitions_in_flight` small ones at once
-in threads of the task's worker and returns their results in input order; a large range
-(over :data:`LIGHT_RANGE_RECORDS` offsets) runs alone, so a task's memory stays one
-partition's.
-
-The user function is never called concurrently: :func:`exclusive` holds one lock per worker
-process while a partition's records go through it (the GIL serializes that work anyway), so a
-function keeping something on ``self`` behaves as it did. Each partition keeps its own state,
-output files and commit row, and its records stay in offset order in its one thread.
-
-Nothing outlives the task: on an error, or when Spark closes the task's iterator, the
-partitions in flight finish first and no new one starts (a retry in this worker must not meet
-a thread still writing the same partition's local state).
+Why, and how it was chosen: docs/decisions/0016-two-ranges-in-flight.md. The user function is
+never called concurrently (:func:`exclusive`); each partition keeps its own state, output
+files and commit row, and its records stay in offset order in its one thread.
 """
 
 from __future__ import annotations
@@ -61,13 +48,44 @@ def partitions_in_flight() -> int:
 
 
 def light_range(rng: Any) -> bool:
-    """Whether Kafka range ``rng`` (``start`` / ``end`` offsets) may run beside another."""
+    """Whether a Kafka range is small enough to run beside another.
+
+    Parameters
+    ----------
+    rng
+        A Kafka range with ``start`` and ``end`` offsets.
+
+    Returns
+    -------
+    bool
+        True for at most :data:`LIGHT_RANGE_RECORDS` offsets.
+
+    Runs on
+    -------
+    executor"""
     return int(rng.end) - int(rng.start) <= LIGHT_RANGE_RECORDS
 
 
 def exclusive(batches: Iterator[R]) -> Iterator[R]:
-    """``batches`` with each step taken under the worker's user-function lock (the steps are
-    where the user function runs); what the consumer does with an item runs outside it."""
+    """``batches`` with each step taken under the worker's user-function lock.
+
+    The steps are where the user function runs (the GIL serializes that work anyway), so a
+    function keeping something on ``self`` behaves as it would one partition at a time; what
+    the consumer does with an item runs outside the lock.
+
+    Parameters
+    ----------
+    batches
+        The iterator whose steps call the user function.
+
+    Returns
+    -------
+    Iterator[R]
+        The same items, in order.
+
+    Runs on
+    -------
+    executor"""
     while True:
         with _USER_CALLS:
             try:
@@ -79,11 +97,37 @@ def exclusive(batches: Iterator[R]) -> Iterator[R]:
 
 def in_order(work: Callable[[T], R], items: Iterable[T], *, depth: int,
              light: Callable[[T], bool] | None = None) -> Iterator[R]:
-    """``work(item)`` for every item, up to ``depth`` at once in threads, results in the
-    items' order. ``light(item)`` False (a large range): the item runs alone in the caller's
-    thread, as with depth 1, so memory stays what one partition needs (the pool starts its
-    threads on first use only). ``items`` is read in the caller's thread only. An error is
-    raised once the work in flight has finished; no item after it starts."""
+    """``work(item)`` for every item, up to ``depth`` at once in threads, in the items' order.
+
+    Nothing outlives the call: on an error, or when the caller closes the iterator, the work
+    in flight finishes first and no new item starts (a retry in this worker must not meet a
+    thread still writing the same partition's local state).
+
+    Parameters
+    ----------
+    work
+        What to run for one item (one Kafka partition's range).
+    items
+        The items, read in the caller's thread only.
+    depth
+        Items at most in flight; 1 or less runs them one by one in the caller's thread.
+    light
+        ``light(item)`` False (a large range): the item runs alone in the caller's thread,
+        so memory stays what one partition needs; ``None``: every item is light.
+
+    Returns
+    -------
+    Iterator[R]
+        ``work``'s results, in the items' order.
+
+    Raises
+    ------
+    Exception
+        The first error of ``work``, once the work in flight has finished.
+
+    Runs on
+    -------
+    executor"""
     if depth <= 1:
         for item in items:
             yield work(item)

@@ -1,48 +1,10 @@
 """The ordered stage inside the streaming query's plan, so its figures reach Spark's progress.
 
-Usage::
-
-    stage = OrderedStateful(func, state_location=..., output=..., output_schema=...)
-    query = (stage.apply(spark.readStream.format("orderedkafka").option("emit", "ranges")
-                         .option("subscribe", "t").load())
-             .writeStream.foreachBatch(stage.commit_batch)
-             .option("checkpointLocation", ...).start())
-    query.lastProgress["observedMetrics"]["orderedstream"]   # records, output_rows, ...
-
-``apply`` puts the stage into the query's plan: the input -> (``coalesce`` to ``max_tasks``
-with ``emit=ranges``) -> ``mapInArrow(StageTask)`` -> ``observe("orderedstream", ...)``. Spark
-reports a plan's ``Dataset.observe`` metrics in ``StreamingQueryProgress.observedMetrics``
-(and in listener events) when the ``foreachBatch`` function runs an action on the DataFrame
-it is given; ``commit_batch``'s ``collect()`` is that action, so the stage's own figures
-(:data:`OBSERVED`) land there, per batch. When a function runs several actions on it, Spark
-4 reports the last one's (checked on this Spark): a skipped replay reports zeros.
-
-A plan is fixed when the query starts, but each batch's tasks need that batch's id, clock and
-state bases: ``commit_batch`` sets them as a Spark local property (:data:`PLAN_PROPERTY` + the
-stage's id, zlib + base64 JSON) on its thread just for its action, and the tasks read it with
-``TaskContext.getLocalProperty`` (Spark ships local properties with every task; pinned threads,
-PySpark's default, make the ``foreachBatch`` callback's properties those of its jobs). A Spark
-Connect session cannot set local properties: there the plan rides in a job tag
-(:data:`PLAN_TAG`, ``spark.addTag``) for the action only, which the tasks find in
-:data:`JOB_TAGS_PROPERTY`. The stage's rows carry each Kafka range's planned ``[from, until)``
-too, so a Delta commit's offsets need no extra Spark job; a replay of a committed Delta batch
-runs the stage as a *dry run* (tasks report their planned ranges without reading Kafka or
-touching state) to decide skip (equal ranges) or ``CommitConflictError``, as ``process_batch``
-does.
-
-Commit, fencing, exactly-once and ordering are ``process_batch``'s: the same prepare step
-(``DeltaCommitter.prepare`` / ``sinks.commit.prepare_batch``), the same task body
-(``OrderedTask.run_partition``) and the same commit (``batch.finish_batch``). Not in the
-observed figures: processing-time timeouts of Kafka partitions with no records in the batch
-(a separate small Spark job after the stage, as today; committed in the same batch and
-counted in ``BatchResult``; their key changes show in the next batch's totals).
-``state_keys`` / ``state_bytes`` are totals over every Kafka partition's state after the
-batch: each processed partition's row carries its change, and the stage's first task adds
-the totals before the batch (the plan's bases); ``state_bytes`` counts partitions last
-committed before the bases kept their size as 0 until they are processed again.
-``placement="auto"``
-cannot be planned per batch here: with it active (a checkpoint, the shim, a cluster) use
-``process_batch``.
+``stage.apply(df)`` puts the stage into the plan (input, ``coalesce`` to ``max_tasks`` with
+``emit=ranges``, ``mapInArrow(StageTask)``, ``observe("orderedstream", ...)``) and
+``.writeStream.foreachBatch(stage.commit_batch)`` commits each batch as ``process_batch``
+does; :data:`OBSERVED` lands in ``lastProgress["observedMetrics"]["orderedstream"]``.
+``placement="auto"`` cannot be planned per batch here: with it active use ``process_batch``.
 """
 
 from __future__ import annotations
@@ -75,6 +37,17 @@ from orderedstream.statestore.ordered.plan import (
 )
 from orderedstream.statestore.ordered.runner import OrderedTask, UserFunction, _Runs
 
+# A plan is fixed when the query starts, but each batch's tasks need that batch's id, clock
+# and state bases: ``commit_batch`` sets them as a Spark local property (PLAN_PROPERTY + the
+# stage's id) on its thread just for its action (``collect()``, the action whose observed
+# metrics Spark reports), and the tasks read it with ``TaskContext.getLocalProperty``. Spark
+# Connect cannot set local properties: there the plan rides in a job tag (PLAN_TAG), see
+# docs/decisions/0021-connect-plan-transport.md. The stage's rows carry each Kafka range's
+# planned ``[from, until)``, so a Delta commit's offsets need no extra Spark job; a replay of
+# a committed Delta batch runs the stage as a dry run (planned ranges only, no Kafka read, no
+# state) to decide between a skip and ``CommitConflictError``. Processing-time timeouts of
+# partitions with no records run in a separate small job after the stage: counted in
+# ``BatchResult``, not in the observed figures.
 OBSERVED_NAME = "orderedstream"
 PLAN_PROPERTY = "orderedstream.ordered.plan."
 """Prefix of the local property carrying one batch's plan to the stage's tasks."""
@@ -90,12 +63,49 @@ JOB_TAGS_PROPERTY = "spark.job.tags"
 
 
 def plan_tag(stage_id: str, encoded: str) -> str:
-    """The job tag carrying ``encoded`` (``encode_plan``) to stage ``stage_id``'s tasks."""
+    """The job tag carrying an encoded plan to one stage's tasks under Spark Connect.
+
+    Parameters
+    ----------
+    stage_id
+        The ordered stage's id.
+    encoded
+        The plan as :func:`encode_plan` wrote it (base64: no comma, no ``-``).
+
+    Returns
+    -------
+    str
+        ``PLAN_TAG + stage_id + "-" + encoded``, for ``spark.addTag``.
+
+    Runs on
+    -------
+    driver"""
     return f"{PLAN_TAG}{stage_id}-{encoded}"
 
 
 def plan_from_tags(tags: str | None, stage_id: str) -> str | None:
-    """The encoded plan of stage ``stage_id`` in a task's job tags, or None; refuses two."""
+    """The encoded plan of one stage in a task's job tags.
+
+    Parameters
+    ----------
+    tags
+        The task's :data:`JOB_TAGS_PROPERTY` local property (comma-separated), or ``None``.
+    stage_id
+        The ordered stage's id; a tag of a stage whose id extends it is not matched.
+
+    Returns
+    -------
+    str | None
+        The encoded plan (for :func:`decode_plan`), or ``None`` when no tag carries one.
+
+    Raises
+    ------
+    OrderViolationError
+        The job carries two different plans of the stage (concurrent ``commit_batch``).
+
+    Runs on
+    -------
+    executor"""
     marker = f"{PLAN_TAG}{stage_id}-"
     # the rest is base64 (no "-"): a stage whose id extends this one's is another stage
     found = {rest for rest in (tag[tag.index(marker) + len(marker):]
@@ -129,12 +139,38 @@ Kafka partition's state after the batch; ``state_commit_ms`` the slowest task's 
 
 
 def stage_ddl() -> str:
+    """The stage's output schema (:data:`STAGE_SCHEMA`) as a Spark DDL string.
+
+    Returns
+    -------
+    str
+        ``"partition string, commit string, ..."``, for ``mapInArrow``.
+
+    Runs on
+    -------
+    driver"""
     names = {pa.string(): "string", pa.int64(): "bigint", pa.float64(): "double"}
     return ", ".join(f"{f.name} {names[f.type]}" for f in STAGE_SCHEMA)
 
 
 def encode_plan(plan: BatchPlan, *, dry_run: bool) -> str:
-    """A batch's plan as a local property value (zlib + base64 JSON)."""
+    """A batch's plan as a local property or job tag value (zlib + base64 JSON).
+
+    Parameters
+    ----------
+    plan
+        The batch's id, processing time and state bases.
+    dry_run
+        Whether the tasks only report their planned ranges (a replay of a committed batch).
+
+    Returns
+    -------
+    str
+        ASCII text that :func:`decode_plan` reads back.
+
+    Runs on
+    -------
+    driver"""
     data = {"batch_id": plan.batch_id, "processing_time_ms": plan.processing_time_ms,
             "bases": {pid: b.to_dict() for pid, b in plan.bases.items()}, "dry_run": dry_run}
     raw = zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 6)
@@ -142,6 +178,21 @@ def encode_plan(plan: BatchPlan, *, dry_run: bool) -> str:
 
 
 def decode_plan(text: str) -> tuple[BatchPlan, bool]:
+    """Read a plan written by :func:`encode_plan`.
+
+    Parameters
+    ----------
+    text
+        The local property's or job tag's value.
+
+    Returns
+    -------
+    tuple[BatchPlan, bool]
+        The plan and whether it is a dry run.
+
+    Runs on
+    -------
+    executor"""
     data = json.loads(zlib.decompress(base64.b64decode(text)))
     bases = {pid: PartitionBase.from_dict(b) for pid, b in data["bases"].items()}
     return (BatchPlan(batch_id=int(data["batch_id"]),
@@ -281,9 +332,10 @@ def observed_columns() -> list[Any]:
     """The ``observe`` aggregates of :data:`OBSERVED` over the stage's rows."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    # One SQL expression per figure: 30 py4j round trips in all, where building them from
-    # column functions took 377 (0.13 s of the main job's start, measured). SQL, not F.lit,
-    # also keeps pandas out of the driver: F.lit imports pyspark.testing.utils (34 MiB).
+    # One SQL expression per figure: far fewer py4j round trips than building them from
+    # column functions, which showed in the main job's start. SQL, not F.lit, also keeps
+    # pandas out of the driver (F.lit imports pyspark.testing.utils; see
+    # docs/decisions/0014-no-pandas-import.md).
     sums = [F.expr(f"CAST(coalesce(sum(`{name}`), 0) AS BIGINT) AS `{name}`")
             for name in _SUMMED]
     return [*sums, F.expr("coalesce(max(`state_commit_ms`), 0.0D) AS `state_commit_ms`"),

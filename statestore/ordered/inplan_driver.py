@@ -34,8 +34,34 @@ from orderedstream.statestore.ordered.runner import OrderedTask
 
 
 def apply_stage(processor: Any, df: Any, *, name: str = OBSERVED_NAME) -> Any:
-    """``df`` (``orderedkafka`` rows, either emit mode) -> the stage's rows, observed as
-    ``name``; see ``OrderedStateful.apply``."""
+    """The ordered stage in ``df``'s plan: its rows, observed as ``name``.
+
+    With ``emit=ranges`` the ranges are coalesced to ``max_tasks`` tasks (0: as Spark gave
+    them); record rows are checked and narrowed to the required columns.
+
+    Parameters
+    ----------
+    processor
+        The ``OrderedStateful`` (see ``OrderedStateful.apply``).
+    df
+        A streaming ``orderedkafka`` DataFrame, either emit mode.
+    name
+        The key of the stage's figures under ``StreamingQueryProgress.observedMetrics``.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        The stage's rows (:data:`STAGE_SCHEMA`), for ``foreachBatch(stage.commit_batch)``.
+
+    Raises
+    ------
+    OptionError
+        ``df`` is not streaming; ``name`` is empty; placement would place the batches'
+        tasks; the input lacks a required column.
+
+    Runs on
+    -------
+    driver"""
     if not getattr(df, "isStreaming", False):
         raise OptionError("OrderedStateful.apply(df) takes a streaming DataFrame (spark."
                           "readStream.format('orderedkafka')...load()); for a batch DataFrame "
@@ -93,8 +119,39 @@ def _planned(rows: list[Any]) -> Offsets:
 
 
 def commit_stage(processor: Any, batch_df: Any, batch_id: int) -> BatchResult:
-    """Batch ``batch_id`` of a query written from ``apply``; see
-    ``OrderedStateful.commit_batch``."""
+    """Commit one batch of a query written from ``apply``, as ``process_batch`` would.
+
+    Prepare (a committed batch is skipped, or refused when a Delta replay's planned Kafka
+    ranges differ), run the stage (``collect()`` with the batch's plan), the due timeouts of
+    idle partitions, then :func:`finish_batch`.
+
+    Parameters
+    ----------
+    processor
+        The ``OrderedStateful`` (see ``OrderedStateful.commit_batch``).
+    batch_df
+        The DataFrame Spark hands to ``foreachBatch``: the rows of ``apply(df)``.
+    batch_id
+        Spark's batch id.
+
+    Returns
+    -------
+    BatchResult
+        What the batch did (``skipped`` for a committed batch's replay).
+
+    Raises
+    ------
+    OptionError
+        ``batch_df`` is not the stage's rows.
+    OrderViolationError
+        The tasks ran another batch's plan (``commit_batch`` is not the query's
+        ``foreachBatch`` function), or a Kafka partition was split across tasks.
+    CommitConflictError
+        A replayed Delta batch's planned ranges differ from the committed ones.
+
+    Runs on
+    -------
+    driver"""
     batch_id = int(batch_id)
     if not set(STAGE_SCHEMA.names) <= set(batch_df.columns):
         raise OptionError(

@@ -1,14 +1,8 @@
 """Per-key state of one Kafka partition over a ``StatePartition``: a bounded cache + timeouts.
 
-Runs on executors, inside the ordered stage's task. Layout in the partition:
-
-- space ``ordered_state``: ``encoded key -> (value, timeout_ms | None)`` (pickle codec);
-- space ``ordered_timeouts``: ``big-endian timeout_ms + encoded key -> b""`` (bytes codec),
-  so a timeout pass reads only the keys whose timeout passed, in timeout order.
-
-Decoded values of recently used keys stay in a dict; changed ("dirty") entries are written
-through one WriteBatch (``put_many``) when the dict reaches ``max_cached`` entries and at the
-end of the batch, so memory is bounded by ``max_cached`` whatever the number of keys.
+Runs on executors, inside the ordered stage's task. Changed entries are written through one
+WriteBatch when the cache reaches ``max_cached`` entries and at the end of the batch, so
+memory is bounded by ``max_cached`` whatever the number of keys.
 """
 
 from __future__ import annotations
@@ -22,6 +16,9 @@ from typing import Any
 
 from orderedstream.statestore.base import StatePartition
 
+# Layout in the partition: space ``ordered_state``: ``encoded key -> (value, timeout_ms |
+# None)`` (pickle codec); space ``ordered_timeouts``: ``big-endian timeout_ms + encoded key ->
+# b""`` (bytes codec), so a timeout pass reads only the keys whose timeout passed, in order.
 STATE_SPACE = "ordered_state"
 TIMEOUT_SPACE = "ordered_timeouts"
 _BE64 = struct.Struct(">q")
@@ -29,7 +26,26 @@ _TIMEOUT_CHUNK = 1024
 
 
 def encode_key(key: Any) -> bytes:
-    """Bytes of a grouping key; the first byte tags the type so decoding is exact."""
+    """The stored bytes of a grouping key; the first byte tags the type so decoding is exact.
+
+    Parameters
+    ----------
+    key
+        ``None``, bytes-like, ``str`` (stored as UTF-8) or any other picklable key.
+
+    Returns
+    -------
+    bytes
+        The tag (``n``, ``b``, ``s`` or ``p`` for pickle) and the key's bytes.
+
+    Raises
+    ------
+    pickle.PicklingError
+        A key of another type cannot be pickled.
+
+    Runs on
+    -------
+    executor"""
     if key is None:
         return b"n"
     if isinstance(key, (bytes, bytearray, memoryview)):
@@ -40,6 +56,21 @@ def encode_key(key: Any) -> bytes:
 
 
 def decode_key(data: bytes) -> Any:
+    """The grouping key of bytes written by :func:`encode_key`.
+
+    Parameters
+    ----------
+    data
+        The key's stored bytes.
+
+    Returns
+    -------
+    Any
+        The key, of the type it was encoded from (bytes-like keys come back as ``bytes``).
+
+    Runs on
+    -------
+    both"""
     tag, rest = data[:1], data[1:]
     if tag == b"n":
         return None
@@ -81,7 +112,23 @@ class KeyedStateTable:
         return self._cache
 
     def load(self, key: bytes) -> StateEntry:
-        """The entry of ``key`` (from the cache, else the store; absent keys are empty)."""
+        """The entry of ``key``, from the cache, else read from the store.
+
+        A full cache is flushed and emptied first, so the cache stays within ``max_cached``.
+
+        Parameters
+        ----------
+        key
+            The encoded key (:func:`encode_key`).
+
+        Returns
+        -------
+        StateEntry
+            The cached entry (an empty one for a key without state); change it in place.
+
+        Runs on
+        -------
+        executor"""
         entry = self._cache.get(key)
         if entry is not None:
             return entry
@@ -99,7 +146,16 @@ class KeyedStateTable:
         return entry
 
     def flush(self, evict: bool = False) -> None:
-        """Write dirty entries through WriteBatches; with ``evict`` also empty the cache."""
+        """Write the changed entries and their timeout index updates to the partition.
+
+        Parameters
+        ----------
+        evict
+            Also empty the cache afterwards.
+
+        Runs on
+        -------
+        executor"""
         puts: list[tuple[bytes, Any]] = []
         deletes: list[bytes] = []
         index_puts: list[tuple[bytes, bytes]] = []
@@ -133,11 +189,25 @@ class KeyedStateTable:
             self._cache.clear()
 
     def expired(self, threshold_ms: int) -> Iterator[bytes]:
-        """Keys whose timeout is ``< threshold_ms``, in timeout order, each at most once.
+        """Keys whose timeout is before ``threshold_ms``, in timeout order, each at most once.
 
         Reads the timeout index in chunks and flushes between chunks, so the caller may change
         entries (and their timeouts) while iterating; a timeout set below the threshold during
         the pass is not revisited in it.
+
+        Parameters
+        ----------
+        threshold_ms
+            Epoch milliseconds; timeouts strictly below it have passed.
+
+        Returns
+        -------
+        Iterator[bytes]
+            The encoded keys that timed out (stale index entries are skipped).
+
+        Runs on
+        -------
+        executor
         """
         self.flush()
         end = _BE64.pack(max(threshold_ms, 0))

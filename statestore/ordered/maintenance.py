@@ -1,19 +1,9 @@
 """The ordered stage's automatic state retention, run by a driver thread off the batch's path.
 
-Why: a cleanup lists the whole state location, reads the manifests committed since the
-previous cleanup and deletes what no retained batch record names. Run inside the batch that
-was due, it delayed every ``cleanup_interval_batches``-th batch by all of that: 300-400 ms of a
-600 ms batch in the 12 x 100 small-batch benchmark against a local S3, and a LIST per 1,000
-objects of the state location on a real bucket. Retention is safe beside a running query
-(``orderedstream.statestore.ordered.retention``: it never deletes what a batch after the
-record it read can need), so, like Spark's state store maintenance thread, the due batch only
-starts it.
-
-One cleanup runs at a time. A cleanup due while the previous one still runs is skipped (the
-next due one does the work); an explicit ``OrderedStateful.cleanup_state`` waits for the
-running one. The thread reads the commit log through its own ``log`` object, so it shares no
-cache with the batches. A background failure is logged as a warning and never fails a
-batch; a driver that exits mid-cleanup leaves what the next cleanup finishes.
+A cleanup lists the state location, reads the manifests committed since the previous one and
+deletes what no retained batch record names: run inside the due batch it delayed that batch
+by all of it. Retention is safe beside a running query (``ordered.retention``), so, like
+Spark's state store maintenance thread, the due batch only starts it.
 """
 
 from __future__ import annotations
@@ -33,7 +23,20 @@ _log = logging.getLogger("orderedstream.statestore.ordered")
 
 class StateCleanups:
     """Runs an ``OrderedRetention`` now (:meth:`run`) or in a daemon thread (:meth:`start`),
-    one at a time; :attr:`last` is the newest finished cleanup's result."""
+    one at a time; :attr:`last` is the newest finished cleanup's result.
+
+    A cleanup due while the previous one still runs is skipped (the next due one does the
+    work); an explicit :meth:`run` waits for the running one. The retention reads the commit
+    log through its own ``log`` object, sharing no cache with the batches. A background
+    failure is logged as a warning and never fails a batch; a driver that exits mid-cleanup
+    leaves what the next cleanup finishes.
+
+    Parameters
+    ----------
+    make
+        Builds the ``OrderedRetention`` (called once, on the first cleanup).
+    location
+        The state location, for log messages."""
 
     def __init__(self, make: Callable[[], OrderedRetention], *, location: str) -> None:
         self._make = make
@@ -52,7 +55,26 @@ class StateCleanups:
         self.__init__(state["make"], location=state["location"])  # type: ignore[misc, arg-type]
 
     def run(self, keep_batches: int) -> RetentionResult:
-        """Clean up now, after the running background cleanup if there is one."""
+        """Clean up now, after the running background cleanup if there is one.
+
+        Parameters
+        ----------
+        keep_batches
+            How many of the newest batches' state stays restorable.
+
+        Returns
+        -------
+        RetentionResult
+            What the cleanup deleted and kept.
+
+        Raises
+        ------
+        Exception
+            What the retention raised (storage errors, a damaged commit log).
+
+        Runs on
+        -------
+        driver"""
         with self._lock:
             return self._run(keep_batches)
 
@@ -64,8 +86,23 @@ class StateCleanups:
         return result
 
     def start(self, keep_batches: int, batch_id: int) -> bool:
-        """Start a cleanup in the background after batch ``batch_id``'s commit; False (and
-        nothing started) while the previous one still runs."""
+        """Start a cleanup in a daemon thread after a batch's commit.
+
+        Parameters
+        ----------
+        keep_batches
+            How many of the newest batches' state stays restorable.
+        batch_id
+            The batch just committed (names the thread and the log messages).
+
+        Returns
+        -------
+        bool
+            True when started; False (a warning logged) while the previous one still runs.
+
+        Runs on
+        -------
+        driver"""
         if not self._lock.acquire(blocking=False):
             _log.warning("state cleanup after batch %s at %s skipped: the previous one still "
                          "runs (the next due batch starts another)", batch_id, self._location)
@@ -92,9 +129,26 @@ class StateCleanups:
         return True
 
     def after_batch(self, policy: RetentionPolicy, batch_id: int) -> RetentionResult | None:
-        """The automatic cleanup after committing ``batch_id`` when ``policy`` says it is due:
-        started in the background (None), or run now and its result. Best effort: a failure
-        is logged as a warning, never raised into the committed batch."""
+        """The automatic cleanup after a batch's commit, when ``policy`` says it is due.
+
+        Best effort: a failure is logged as a warning, never raised into the committed batch.
+
+        Parameters
+        ----------
+        policy
+            When cleanups are due, how many batches to keep, whether in the background.
+        batch_id
+            The batch just committed.
+
+        Returns
+        -------
+        RetentionResult | None
+            The result of a cleanup run now; ``None`` when none was due, it was started in
+            the background, or it failed.
+
+        Runs on
+        -------
+        driver"""
         if not policy.due(batch_id):
             return None
         try:
@@ -109,16 +163,48 @@ class StateCleanups:
             return None
 
     def result(self, timeout: float | None = None) -> RetentionResult | None:
-        """The newest finished cleanup's result once none runs (None: none yet, or the newest
-        failed); TimeoutError when one still runs after ``timeout`` seconds."""
+        """The newest finished cleanup's result, once none runs.
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait for the running cleanup; ``None``: no limit.
+
+        Returns
+        -------
+        RetentionResult | None
+            ``None`` when no cleanup finished yet or the newest one failed
+            (see ``last_error``).
+
+        Raises
+        ------
+        TimeoutError
+            A cleanup still runs after ``timeout`` seconds.
+
+        Runs on
+        -------
+        driver"""
         if not self.wait(timeout):
             raise TimeoutError(f"the state cleanup at {self._location} still runs after "
                                f"{timeout} s")
         return None if self.last_error is not None else self.last
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait up to ``timeout`` seconds (None: no limit) for the running cleanup (background
-        or not); True when none runs any more."""
+        """Wait for the running cleanup (background or not) to finish.
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait at most; ``None``: no limit.
+
+        Returns
+        -------
+        bool
+            True when none runs any more, False when one still runs after ``timeout``.
+
+        Runs on
+        -------
+        driver"""
         if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             return False
         self._lock.release()

@@ -29,7 +29,26 @@ KAFKA_COLUMNS = ("topic", "partition", "offset")
 
 
 def to_arrow_schema(schema: Any) -> pa.Schema:
-    """An Arrow schema from a pyarrow Schema, a Spark StructType or a DDL string."""
+    """An Arrow schema from a pyarrow Schema, a Spark StructType or a DDL string.
+
+    Parameters
+    ----------
+    schema
+        The user's ``output_schema``; a DDL string needs an active SparkSession to parse.
+
+    Returns
+    -------
+    pa.Schema
+        The schema itself, or its Arrow equivalent.
+
+    Raises
+    ------
+    OptionError
+        The DDL string does not parse, or ``schema`` is of another type.
+
+    Runs on
+    -------
+    driver"""
     if isinstance(schema, pa.Schema):
         return schema
     if isinstance(schema, str):
@@ -150,7 +169,21 @@ class OrderedOptions:
         return list(dict.fromkeys(wanted))
 
     def check_input(self, names: list[str]) -> None:
-        """Raise a clear error when the input DataFrame lacks a column the stage needs."""
+        """Refuse an input that lacks a column the stage needs, naming the option asking for it.
+
+        Parameters
+        ----------
+        names
+            The input DataFrame's column names.
+
+        Raises
+        ------
+        OptionError
+            A required column (:meth:`required_columns`) is missing.
+
+        Runs on
+        -------
+        driver"""
         missing = [c for c in self.required_columns() if c not in names]
         if missing:
             origins = [self._asked_by(c) for c in missing]

@@ -1,32 +1,8 @@
 """The rows one batch committed, as a Spark DataFrame, to forward to another sink.
 
-``BatchResult.output_df()`` / ``OrderedStateful.batch_output(batch_id)`` read exactly the
-Parquet files batch N's commit record lists (nothing else: not other batches, not orphans of
-failed attempts), so inside ``foreachBatch`` the rows can go on to Delta, JDBC, Kafka, ...::
-
-    def each_batch(df, batch_id):
-        result = processor.process_batch(df, batch_id)
-        out = result.output_df()               # the same rows on a replay of batch_id
-        out.withColumn("batch_id", F.lit(batch_id)).write.format("delta")...
-
-Idempotency: the fenced table commits batch N once, but a downstream write is a separate
-system. If the query dies after N's record is created and before the downstream write ends,
-Spark replays N: ``process_batch`` skips it (``result.skipped``) and ``output_df`` returns the
-same rows again, so the downstream sink must tolerate the repeat: dedupe or overwrite by
-batch id (Delta's ``txnAppId``/``txnVersion``, a JDBC upsert keyed by batch id, Kafka's
-idempotent producer with the batch id in the key, ...).
-
-Two engines, same rows:
-
-- ``"arrow"`` (default): one Spark task per file reads it with pyarrow through fsspec and the
-  processor's ``storage_options`` (``s3://`` works without hadoop-aws JARs or s3a settings),
-  in bounded Arrow batches; Hive partition columns come back typed from the table schema.
-- ``"spark"``: Spark's own Parquet reader on the files' Hadoop URIs (``s3://`` becomes
-  ``s3a://`` as in ``FencedTable.spark_uri``); needs hadoop-aws and ``fs.s3a.*`` settings on
-  the session for S3 (``orderedstream.dev.services.spark.s3a_conf``), gives column pruning.
-
-Files a later compaction retired stay readable until ``vacuum`` removes them (after its grace
-period); past that, batch N's own rows no longer exist separately and the call says so.
+Exactly the Parquet files batch N's commit record lists (not other batches, not orphans of
+failed attempts). A replay of N returns the same rows again, so the downstream sink must
+dedupe or overwrite by batch id (Delta's ``txnAppId``/``txnVersion``, an upsert keyed by it).
 """
 
 from __future__ import annotations
@@ -49,7 +25,27 @@ READ_BATCH_ROWS = 8_192
 
 
 def spark_schema_of(schema: pa.Schema) -> Any:
-    """The Spark StructType of a committed Arrow schema (clear error for types Spark lacks)."""
+    """The Spark schema of a committed Arrow schema.
+
+    Parameters
+    ----------
+    schema
+        The Arrow schema a commit record carries.
+
+    Returns
+    -------
+    pyspark.sql.types.StructType
+        The same columns in Spark types.
+
+    Raises
+    ------
+    OptionError
+        A column has a type Spark cannot represent (declare ``output_schema`` with Spark
+        types).
+
+    Runs on
+    -------
+    driver"""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     try:
@@ -96,7 +92,23 @@ class CommittedFileReader:
 
 
 def retired_and_gone(log: CommitLog, record: CommitRecord) -> list[str]:
-    """Files of ``record`` that a later compaction retired and vacuum already deleted."""
+    """Files of ``record`` that a later compaction retired and vacuum already deleted.
+
+    Parameters
+    ----------
+    log
+        The fenced table's commit log.
+    record
+        The batch's commit record.
+
+    Returns
+    -------
+    list[str]
+        Their table-relative paths, sorted; empty when every file is still readable.
+
+    Runs on
+    -------
+    driver"""
     mine = {f.path for f in record.files}
     retired = {p for later in log.records(record.version + 1) for p in later.removes} & mine
     return sorted(p for p in retired if not log.fs.exists(f"{log.root}/{p}"))
@@ -105,7 +117,44 @@ def retired_and_gone(log: CommitLog, record: CommitRecord) -> list[str]:
 def batch_output_df(spark: Any, log: CommitLog, record: CommitRecord,
                     storage_options: Mapping[str, Any],
                     engine: Literal["arrow", "spark"] = "arrow") -> Any:
-    """A DataFrame of exactly the rows ``record`` (a batch's commit record) made visible."""
+    """A DataFrame of exactly the rows ``record`` (a batch's commit record) made visible.
+
+    Files a later compaction retired stay readable until ``vacuum`` removes them; past that
+    the batch's own rows no longer exist separately.
+
+    Parameters
+    ----------
+    spark
+        The Spark session, or ``None`` for the active one.
+    log
+        The fenced table's commit log.
+    record
+        The batch's commit record.
+    storage_options
+        fsspec options to read the table's files with (``"arrow"`` engine).
+    engine
+        ``"arrow"``: one Spark task per file reads it with pyarrow through fsspec
+        (``s3://`` without hadoop-aws), Hive partition columns typed from the table schema.
+        ``"spark"``: Spark's Parquet reader on the files' Hadoop URIs (``s3a://``, needs
+        hadoop-aws and ``fs.s3a.*`` settings), with column pruning. Same rows either way.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        The rows, in the committed schema's column order.
+
+    Raises
+    ------
+    OptionError
+        An unknown ``engine``, no active session, or a type Spark cannot represent.
+    CorruptLogError
+        The record has no schema.
+    TableIntegrityError
+        Some of the batch's files were compacted and vacuumed.
+
+    Runs on
+    -------
+    driver"""
     if engine not in ENGINES:
         raise OptionError(f"output_df(engine={engine!r}): accepted are "
                           f"{', '.join(repr(e) for e in ENGINES)}")

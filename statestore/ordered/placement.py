@@ -1,20 +1,9 @@
 """Where the ordered stage's state partitions run: executor ids, and executor-sticky placement.
 
 Executor side, :func:`executor_id` / :func:`spark_executor_id` say which executor runs a task.
-
 Driver side, :class:`StatePlacement` makes each Kafka partition's task prefer the executor that
-committed that partition's state last (through the JVM shim, ``orderedstream.core.jvm.Placement``),
-so its local RocksDB copy is reused instead of restored from the object store.
-
-The state partition of Spark input partition ``i`` is a Kafka topic-partition chosen by the
-``orderedkafka`` source on the driver: ``plan_ranges(start, end)`` gives one range per
-topic-partition with data, sorted by (topic, partition). Spark writes batch N's end offsets to
-``<checkpoint>/offsets/<N>`` before the batch runs (its start is ``offsets/<N-1>``), so the
-mapping ``i -> topic-partition`` is recomputed here from the query's offset log exactly the way
-the source planned it. Anything that does not line up (no checkpoint, several sources, not an
-orderedkafka offset, a different partition count) means no preference for that batch (logged
-once): placement only saves restores, it never changes what is computed. The tasks report the
-Spark partition index they ran, so a wrong mapping is noticed (logged) too.
+committed its state last (through the JVM shim), so its local RocksDB copy is reused instead of
+restored. Placement only saves restores: it never changes what is computed.
 """
 
 from __future__ import annotations
@@ -122,12 +111,36 @@ def _source_offsets(fs: Any, path: str) -> list[str]:
 
 def kafka_partition_order(checkpoint: str, batch_id: int,
                           storage_options: Mapping[str, Any] | None = None) -> list[str]:
-    """Topic-partition ids (``<topic>/<partition>``) of batch ``batch_id``'s input partitions,
-    in Spark partition order, as the ``orderedkafka`` source plans them from the start and end
-    offsets Spark recorded in ``<checkpoint>/offsets``. Driver side.
+    """The Kafka partition of each of a batch's Spark input partitions, in partition order.
 
-    Raises :class:`OffsetLogMismatch` when that cannot be known for sure (first batch without
-    a previous entry, several sources, an offset that is not orderedkafka's).
+    The ``orderedkafka`` source plans one range per topic-partition with data, sorted by
+    (topic, partition), from the batch's start and end offsets. Spark writes batch N's end
+    offsets to ``<checkpoint>/offsets/<N>`` before the batch runs (its start is
+    ``offsets/<N-1>``), so the mapping is recomputed here exactly as the source planned it.
+
+    Parameters
+    ----------
+    checkpoint
+        The query's ``checkpointLocation`` (local path, ``file:``, ``s3://``, ``s3a://``, ...).
+    batch_id
+        The batch whose mapping is wanted.
+    storage_options
+        fsspec options to read a remote checkpoint with.
+
+    Returns
+    -------
+    list[str]
+        Topic-partition ids (``<topic>/<partition>``), index ``i`` for Spark partition ``i``.
+
+    Raises
+    ------
+    OffsetLogMismatch
+        The mapping cannot be known for sure: no entry for the batch, no previous entry (the
+        first batch), several sources, or an offset that is not orderedkafka's.
+
+    Runs on
+    -------
+    driver
     """
     from orderedstream.python_datasource.offsets import KafkaSourceOffset
     from orderedstream.python_datasource.planning import plan_ranges
@@ -201,7 +214,21 @@ class StatePlacement:
             _log.debug("ordered stage placement: " + message, *args)
 
     def key(self, pid: str) -> str:
-        """The shim's state key of Kafka partition ``pid`` (unique to this state location)."""
+        """The shim's state key of a Kafka partition (unique to this state location).
+
+        Parameters
+        ----------
+        pid
+            The Kafka partition's id, ``<topic>/<partition>``.
+
+        Returns
+        -------
+        str
+            ``<key_prefix>#<pid>``.
+
+        Runs on
+        -------
+        driver"""
         return f"{self.key_prefix}#{pid}"
 
     def _shim(self, spark: Any) -> Any | None:
@@ -225,7 +252,22 @@ class StatePlacement:
         return placement
 
     def places(self, spark: Any) -> bool:
-        """Whether batches would be placed on ``spark`` (the shim, a cluster, a checkpoint)."""
+        """Whether batches would be placed on ``spark``.
+
+        Parameters
+        ----------
+        spark
+            The session the batches run on.
+
+        Returns
+        -------
+        bool
+            True with ``placement="auto"``, a checkpoint location, a classic session on a
+            cluster (not local mode) and the JVM shim loaded.
+
+        Runs on
+        -------
+        driver"""
         return self._shim(spark) is not None
 
     def _partition_order(self, frame: Any, batch_id: int, checkpoint: str) -> list[str] | None:
@@ -255,12 +297,28 @@ class StatePlacement:
         return order
 
     def prefer(self, frame: Any, batch_id: int) -> tuple[Any, BatchPlacement | None]:
-        """``frame`` with each Kafka partition's task preferring its state's executor, and the
-        placement given (None when the shim is not used for this batch).
+        """``frame`` with each Kafka partition's task preferring its state's executor.
 
         When the partition mapping is unknown (e.g. batch 0) the frame still goes through the
         shim with no preferences: its tasks then report Spark's executor id, so the next batch
-        is placed where this one committed.
+        is placed where this one committed. A failure to place is logged once, never raised.
+
+        Parameters
+        ----------
+        frame
+            The batch's input DataFrame.
+        batch_id
+            The batch being planned.
+
+        Returns
+        -------
+        tuple[Any, BatchPlacement | None]
+            The frame to run (``frame`` itself when not placed) and the placement given
+            (``None`` when the shim is not used for this batch).
+
+        Runs on
+        -------
+        driver
         """
         checkpoint = self.checkpoint_location
         placement = self._shim(frame.sparkSession)
@@ -281,8 +339,21 @@ class StatePlacement:
                                       {partitions[i]: e for i, e in planned.items()})
 
     def committed(self, given: BatchPlacement | None, commits: Iterable[Any]) -> None:
-        """After the batch's commit record exists: remember the executor each Kafka partition's
-        state was committed on (reported by its task), and check the mapping was right."""
+        """Remember the executor each Kafka partition's state was committed on.
+
+        Called once the batch's commit record exists; a task that ran another Kafka
+        partition than the mapping said is logged (output unaffected).
+
+        Parameters
+        ----------
+        given
+            The placement :meth:`prefer` gave the batch, or ``None`` (nothing to learn).
+        commits
+            The batch's partition commits, with their tasks' reported executor and index.
+
+        Runs on
+        -------
+        driver"""
         if given is None or self._placement is None:
             return
         learned: dict[str, str] = {}

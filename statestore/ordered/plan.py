@@ -1,14 +1,8 @@
 """What the driver ships to the ordered stage's tasks, and what each task sends back.
 
-- ``PartitionBase``: the committed state of one Kafka partition a batch starts from (its
-  version, manifest, last offset, event-time high-water mark, earliest key timeout).
-- ``BatchPlan``: the batch id, its processing time and the bases of every known partition.
-- ``PartitionCommit``: one task's result for one Kafka partition: output files, the state
-  candidate (attempt-unique manifest), offsets seen, the executor that ran it.
-
-All are small, frozen and JSON-serialisable: the plan travels in the task closure (pickled), a
-commit travels back as one JSON string column of the stage's result, and the driver stores the
-carried-forward map of bases in the batch's commit record (``extra["ordered_state"]``).
+All small, frozen and JSON-serialisable: a commit travels back as one JSON string column of
+the stage's result, and the driver stores the carried-forward map of bases in the batch's
+commit record (``extra["ordered_state"]``).
 """
 
 from __future__ import annotations
@@ -26,11 +20,47 @@ FORMAT = 1
 
 
 def partition_id(topic: str, partition: int) -> str:
-    """Identity of a state partition: the Kafka topic-partition, ``<topic>/<partition>``."""
+    """Identity of a state partition: the Kafka topic-partition, ``<topic>/<partition>``.
+
+    Parameters
+    ----------
+    topic
+        The Kafka topic.
+    partition
+        The Kafka partition number.
+
+    Returns
+    -------
+    str
+        ``"<topic>/<partition>"``; :func:`split_partition_id` reads it back.
+
+    Runs on
+    -------
+    both"""
     return f"{topic}/{int(partition)}"
 
 
 def split_partition_id(pid: str) -> tuple[str, int]:
+    """The topic and partition number of a :func:`partition_id` (the topic may hold ``/``).
+
+    Parameters
+    ----------
+    pid
+        ``"<topic>/<partition>"``.
+
+    Returns
+    -------
+    tuple[str, int]
+        ``(topic, partition)``.
+
+    Raises
+    ------
+    ValueError
+        The part after the last ``/`` is not a number.
+
+    Runs on
+    -------
+    both"""
     topic, _, number = pid.rpartition("/")
     return topic, int(number)
 
@@ -50,10 +80,35 @@ class PartitionBase:
     """Size of the files the version references (None: committed before this was kept)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The base as a JSON-ready dict of its fields (:meth:`from_dict` reads it back).
+
+        Returns
+        -------
+        dict[str, Any]
+            Field name -> value.
+
+        Runs on
+        -------
+        both"""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PartitionBase:
+        """A base from :meth:`to_dict`'s dict; unknown keys are ignored, missing get defaults.
+
+        Parameters
+        ----------
+        data
+            The stored dict (records written before a field existed lack it).
+
+        Returns
+        -------
+        PartitionBase
+            The base.
+
+        Runs on
+        -------
+        both"""
         fields: dict[str, Any] = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**fields)
 
@@ -72,6 +127,21 @@ class BatchPlan:
     timeout_only: tuple[str, ...] = ()
 
     def base(self, pid: str) -> PartitionBase:
+        """The state a Kafka partition starts this batch from.
+
+        Parameters
+        ----------
+        pid
+            The Kafka partition's id (:func:`partition_id`).
+
+        Returns
+        -------
+        PartitionBase
+            Its base, or an empty one (no state yet) for a partition not in ``bases``.
+
+        Runs on
+        -------
+        both"""
         return self.bases.get(pid) or PartitionBase()
 
 
@@ -98,6 +168,16 @@ class PartitionCommit:
     metrics: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
+        """The commit as JSON text, the stage's ``commit`` column (:meth:`from_json` reads it).
+
+        Returns
+        -------
+        str
+            Key-sorted JSON of every field.
+
+        Runs on
+        -------
+        executor"""
         # Field by field: asdict deep-copies ``files`` and ``metrics`` only to be read.
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["files"] = list(self.files)
@@ -105,6 +185,28 @@ class PartitionCommit:
 
     @classmethod
     def from_json(cls, text: str) -> PartitionCommit:
+        """A commit from :meth:`to_json`'s text.
+
+        Parameters
+        ----------
+        text
+            The JSON a task sent back.
+
+        Returns
+        -------
+        PartitionCommit
+            The commit.
+
+        Raises
+        ------
+        ValueError
+            ``text`` is not JSON.
+        TypeError
+            Its fields are not a commit's.
+
+        Runs on
+        -------
+        driver"""
         data = json.loads(text)
         data["files"] = tuple(data["files"])
         return cls(**data)
@@ -114,6 +216,16 @@ class PartitionCommit:
         return tuple(DataFile.from_dict(f) for f in self.files)
 
     def as_base(self) -> PartitionBase:
+        """The base the next batch starts this Kafka partition from, once this is committed.
+
+        Returns
+        -------
+        PartitionBase
+            Version ``batch_id`` with this commit's manifest, offsets, timeouts and sizes.
+
+        Runs on
+        -------
+        driver"""
         return PartitionBase(version=self.batch_id, manifest=self.manifest,
                              last_offset=self.last_offset, max_event_ms=self.max_event_ms,
                              next_timeout_ms=self.next_timeout_ms, executor=self.executor,
@@ -126,7 +238,21 @@ class PartitionCommit:
 
 
 def bases_from_extra(extra: Mapping[str, Any] | None) -> dict[str, PartitionBase]:
-    """The carried-forward partition map stored in a commit record's ``extra``."""
+    """The carried-forward partition map stored in a commit record's ``extra``.
+
+    Parameters
+    ----------
+    extra
+        The record's ``extra`` (from :func:`extra_for`), or ``None``.
+
+    Returns
+    -------
+    dict[str, PartitionBase]
+        Kafka partition id -> base; empty when the record carries none.
+
+    Runs on
+    -------
+    driver"""
     section = (extra or {}).get(EXTRA_KEY) or {}
     return {pid: PartitionBase.from_dict(data)
             for pid, data in (section.get("partitions") or {}).items()}
@@ -135,11 +261,33 @@ def bases_from_extra(extra: Mapping[str, Any] | None) -> dict[str, PartitionBase
 def extra_for(bases: Mapping[str, PartitionBase], batch_id: int,
               commits: list[PartitionCommit], *, processing_time_ms: int | None = None,
               replay: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``extra`` of batch ``batch_id``'s commit record: the full partition map (carried
-    forward, so loading any partition's latest state reads ONE record) plus per-task stats
-    and output files. ``processing_time_ms`` (the plan's clock, which processing-time
-    timeouts compare against) and ``replay`` (how to rebuild the function and options,
-    ``orderedstream.statestore.ordered.replay_spec``) let a replay of the batch be exact."""
+    """The ``extra`` of a batch's commit record.
+
+    The full partition map is carried forward, so loading any partition's latest state reads
+    one record; per-task stats and output files come with it.
+
+    Parameters
+    ----------
+    bases
+        Every Kafka partition's base after the batch (:func:`advance`).
+    batch_id
+        The batch committed.
+    commits
+        The batch's partition commits.
+    processing_time_ms
+        The plan's clock, which processing-time timeouts compare against (for an exact
+        replay).
+    replay
+        How to rebuild the function and options (``ordered.replay_spec``), or ``None``.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"ordered_state": {...}}`` for the commit record.
+
+    Runs on
+    -------
+    driver"""
     return {EXTRA_KEY: {
         "format": FORMAT,
         "batch_id": batch_id,
@@ -158,7 +306,23 @@ def extra_for(bases: Mapping[str, PartitionBase], batch_id: int,
 
 def advance(bases: Mapping[str, PartitionBase], commits: list[PartitionCommit]
             ) -> dict[str, PartitionBase]:
-    """The partition map after a batch: committed partitions move to their new version."""
+    """The partition map after a batch: committed partitions move to their new version.
+
+    Parameters
+    ----------
+    bases
+        The map before the batch.
+    commits
+        The batch's partition commits.
+
+    Returns
+    -------
+    dict[str, PartitionBase]
+        A new map; ``bases`` is not changed.
+
+    Runs on
+    -------
+    driver"""
     out = dict(bases)
     for commit in commits:
         out[commit.partition_id] = commit.as_base()

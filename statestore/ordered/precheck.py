@@ -1,13 +1,8 @@
 """What ``OrderedStateful`` can check before a query starts (driver side).
 
-At construction: the function pickles (Spark ships it to the executors with cloudpickle, and
-a function capturing a lock, a client or the SparkSession failed only in the first batch,
-deep in Spark's report), and the state and output buckets exist (one HEAD per bucket through
-the filesystem the driver uses anyway, ``core.location.open_location``). At ``apply(df)`` and
-each batch: the input has the columns the stage reads (with ``emit=ranges`` the records'
-columns are the ``orderedkafka`` schema's, known before any record is read).
-
-Every error is ``OptionError`` or ``LocationError`` naming what was wrong and what to do.
+At construction the function pickles and the buckets exist; at ``apply(df)`` and each batch
+the input has the columns the stage reads. Every error is ``OptionError`` or
+``LocationError`` naming what was wrong and what to do.
 """
 
 from __future__ import annotations
@@ -27,8 +22,25 @@ _log = logging.getLogger("orderedstream.statestore.ordered")
 
 
 def check_picklable(func: Any) -> None:
-    """OptionError naming what ``func`` captures that cannot be pickled (cloudpickle, as
-    pyspark ships functions to executors), and how to avoid it."""
+    """Refuse a user function that cannot be pickled, before the first batch.
+
+    Spark ships the function to the executors with cloudpickle; a function capturing a lock,
+    a client or the SparkSession would otherwise fail only in the first batch, deep in
+    Spark's report.
+
+    Parameters
+    ----------
+    func
+        The user function (a function or a callable object).
+
+    Raises
+    ------
+    OptionError
+        ``func`` does not pickle: names what it captures that does not, and how to avoid it.
+
+    Runs on
+    -------
+    driver"""
     from pyspark import cloudpickle
 
     try:
@@ -45,10 +57,26 @@ def check_picklable(func: Any) -> None:
 
 
 def check_buckets(options: OrderedOptions) -> None:
-    """LocationError naming the URL when the state or output bucket does not exist, or the
-    S3 endpoint does not answer (``open_location``). Other failures (connection refused,
-    no credentials here) are left to the batches: a Spark Connect client may not reach the
-    object store its server writes to."""
+    """Refuse a state or output bucket that does not exist, before the first batch.
+
+    One HEAD per bucket and endpoint, through the filesystem the driver uses anyway
+    (``core.location.open_location``); local paths are not checked. Other failures
+    (connection refused, no credentials here) are left to the batches: a Spark Connect
+    client may not reach the object store its server writes to.
+
+    Parameters
+    ----------
+    options
+        The stage's options (``state_location``, ``output``, ``storage_options``).
+
+    Raises
+    ------
+    LocationError
+        A bucket does not exist or its S3 endpoint does not answer, naming the URL.
+
+    Runs on
+    -------
+    driver"""
     seen: set[tuple[str, str]] = set()
     for what, url in (("ordered state", options.state_location),
                       ("ordered output", options.output)):
@@ -69,9 +97,27 @@ def check_buckets(options: OrderedOptions) -> None:
 
 
 def check_input_columns(options: OrderedOptions, columns: Sequence[str]) -> None:
-    """OptionError when the input lacks a column the stage reads (``check_input``); for
-    ``emit=ranges`` rows, against the records' columns (``orderedkafka``'s schema with
-    headers: without ``includeHeaders`` the tasks refuse ``headers`` themselves)."""
+    """Refuse an input that lacks a column the stage reads (``OrderedOptions.check_input``).
+
+    With ``emit=ranges`` rows the records' columns are checked instead: ``orderedkafka``'s
+    schema with headers, known before any record is read (without ``includeHeaders`` the
+    tasks refuse ``headers`` themselves).
+
+    Parameters
+    ----------
+    options
+        The stage's options.
+    columns
+        The input DataFrame's column names.
+
+    Raises
+    ------
+    OptionError
+        A required column is missing, naming the option that asks for it.
+
+    Runs on
+    -------
+    driver"""
     names = list(columns)
     if is_range_columns(names):
         from orderedstream.python_datasource.source import kafka_schema

@@ -1,40 +1,9 @@
 """``OrderedStateful``: ordered, exactly-once stateful processing of Kafka partitions, used as
-the ``foreachBatch`` function of a streaming query (driver side).
+the ``foreachBatch`` function of a streaming query (driver side); usage: docs/ordered-stage.md.
 
-Usage::
-
-    def sessions(key, record, state):          # called per record, in offset order
-        if state.has_timed_out:                # a timeout call: record is None
-            state.remove()
-            return [(key, "closed")]
-        count = state.get_option(0) + 1
-        state.update(count)
-        state.set_timeout_duration("1 hour")
-        return [(key, f"seen {count}")]
-
-    processor = OrderedStateful(
-        sessions, state_location="s3://lake/state/q1", output="s3://lake/tables/q1",
-        output_schema="key binary, status string", timeout=ProcessingTimeTimeout(),
-        storage_options={...})
-    (spark.readStream.format("orderedkafka").option("subscribe", "t")
-        .option("emit", "ranges")              # recommended: the tasks read Kafka themselves
-        .load()
-        .writeStream.foreachBatch(processor.process_batch)
-        .option("checkpointLocation", ...).start())
-
-or with the stage in the query's plan, so Spark's progress carries its figures
-(``observedMetrics["orderedstream"]``; ``orderedstream.statestore.ordered.inplan``)::
-
-    processor.apply(source_df).writeStream.foreachBatch(processor.commit_batch)...start()
-
-Per batch N, through the sinks' publish path (``orderedstream.sinks.commit``): if N's commit
-record exists (a replay after a crash), only ``_spark_metadata`` is repaired. Otherwise one
-narrow ``mapInArrow`` stage runs every Kafka partition's records through the function on
-the executors (no shuffle), writing output files and a state candidate per partition; then
-the driver creates N's commit record exclusively: the output files plus, for every Kafka
-partition, the manifest that is its state version (the full map, carried forward, so a
-partition idle for many batches still loads with one read), and derives ``_spark_metadata``
-from it. Output and state can never disagree: both come from the attempt the record names.
+Batch N's one commit names its output files and every Kafka partition's state manifest (the
+full map, carried forward), so output and state never disagree; a replay of a committed
+batch only repairs ``_spark_metadata`` (``orderedstream.sinks.commit``).
 """
 
 from __future__ import annotations
@@ -105,48 +74,13 @@ class OrderedStateful:
 
     ``func(key, record, state) -> iterable of rows | None`` runs on executors, once per record
     in offset order (``record`` a dict of the input columns) and once per timed-out key
-    (``record`` None, ``state.has_timed_out`` True). It must be picklable (cloudpickle).
-    Rows are tuples in ``output_schema`` order or dicts by field name.
+    (``record`` None, ``state.has_timed_out`` True); it must pickle (cloudpickle). Rows are
+    tuples in ``output_schema`` order or dicts by field name.
 
-    Keyword options: see ``OrderedOptions``; ``output_schema`` also takes a Spark StructType or
-    DDL string; ``writer_options`` are ``fencedparquet`` options (``partitionBy``,
-    ``compression``, ``targetFileSize``, ...). ``writer_id`` names this query in the commit
-    records; every ``OrderedStateful`` instance claims a new writer epoch on its first batch,
-    which fences any older instance (a zombie driver) writing to the same output.
-
-    Feed it ``orderedkafka`` with ``emit="ranges"`` (recommended, what the main job does):
-    the tasks read their Kafka ranges themselves, records never cross the JVM. With
-    ``emit="records"`` (the source's default) it takes the records DataFrame instead.
-    ``kafka_options``: the secret ``kafka.*`` options (e.g. ``kafka.sasl.jaas.config``) of an
-    ``orderedkafka`` source read with ``emit="ranges"``; its rows carry only their names, the
-    tasks take the values from here (shipped inside the task function, never in rows).
-
-    ``max_tasks`` (``emit="ranges"`` without placement): the batch's ranges run in at most this
-    many tasks, one range after the other inside a task (default: Spark's default
-    parallelism, i.e. the cores; 0: one task per range). A task's fixed cost (scheduling, the
-    Python worker round trip) then comes once per core, not once per Kafka partition, which
-    is what dominates small batches over many partitions.
-
-    ``checkpoint_location`` (the query's ``checkpointLocation``) with ``placement="auto"`` makes
-    each Kafka partition's task prefer the executor that committed its state last, so its local
-    state copy is reused instead of restored (needs the JVM shim and a cluster; see
-    ``orderedstream.statestore.ordered.placement``). ``BatchResult.restores`` /
-    ``bytes_downloaded`` count what each batch restored from the object store either way.
-
-    ``output_format="delta"`` writes a Delta Lake table instead of fenced Parquet: batch N is
-    ONE Delta commit with the files, every partition's state manifest and the Kafka offsets,
-    under the application transaction ``(writer_id, N)`` (``orderedstream.sinks.deltacommit``);
-    ``writer_id`` must then be the query's stable name. ``log`` reads either format.
-
-    State retention follows the commit log: ``keep_batches`` (default: the store option
-    ``keep_last``, 100, like Spark's ``spark.sql.streaming.minBatchesToRetain``) is how many
-    of the latest batch records keep their state versions; after every
-    ``cleanup_interval_batches``-th batch (default 10; None: never automatically) the driver
-    deletes older manifests/SSTs and orphans of failed attempts (``cleanup_state``,
-    ``orderedstream.statestore.ordered.retention``), in a thread beside the next batches
-    (``cleanup_in_background=False``: inside the due batch; ``wait_for_cleanup``).
-    ``BatchResult.output_df()`` / ``batch_output`` give the rows a batch committed as a
-    DataFrame, to forward to another sink.
+    Keyword options: the table in docs/ordered-stage.md and ``OrderedOptions``. Each instance
+    claims a new writer epoch on its first batch, which fences any older instance (a zombie
+    driver) writing to the same output. Every method runs on the driver; the stage's tasks run
+    on the executors.
     """
 
     def __init__(self, func: UserFunction, *, state_location: str, output: str,
@@ -240,15 +174,36 @@ class OrderedStateful:
         return FencedTable(self.options.output, log=self.log)
 
     def partition_states(self, batch_id: int | None = None) -> dict[str, PartitionBase]:
-        """Kafka partition -> its state as committed by batch ``batch_id`` (default latest)."""
+        """Kafka partition -> its state as committed by a batch (one commit record read).
+
+        Parameters
+        ----------
+        batch_id
+            The batch; ``None``: the latest committed.
+
+        Returns
+        -------
+        dict[str, PartitionBase]
+            Empty when the batch (or any batch) is not committed."""
         record = (self.log.latest_batch_record() if batch_id is None
                   else self.log.get(batch_id))
         return {} if record is None else bases_from_extra(record.extra)
 
     def read_state(self, topic: str, partition: int, batch_id: int | None = None,
                    ) -> Iterator[tuple[Any, Any]]:
-        """``(key, value)`` pairs of one Kafka partition's state as committed by ``batch_id``
-        (default: the latest batch), streamed from a private read-only copy."""
+        """One Kafka partition's state as a batch committed it, from a private read-only copy.
+
+        Parameters
+        ----------
+        topic, partition
+            The Kafka partition.
+        batch_id
+            The batch; ``None``: the latest committed.
+
+        Returns
+        -------
+        Iterator[tuple[Any, Any]]
+            ``(key, value)`` pairs (none without state); see :func:`read_state` for its errors."""
         pid = partition_id(topic, partition)
         base = self.partition_states(batch_id).get(pid)
         if base is None:
@@ -257,8 +212,19 @@ class OrderedStateful:
 
     def batch_output(self, batch_id: int, spark: Any = None, *,
                      engine: Literal["arrow", "spark"] = "arrow") -> Any:
-        """The rows batch ``batch_id`` committed, as a Spark DataFrame (see
-        ``BatchResult.output_df``). Raises StateNotFoundError when it is not committed."""
+        """The rows a batch committed, as a Spark DataFrame (see ``BatchResult.output_df``).
+
+        Parameters
+        ----------
+        batch_id
+            The committed batch.
+        spark, engine
+            As in ``BatchResult.output_df``.
+
+        Raises
+        ------
+        StateNotFoundError
+            The batch is not committed."""
         record = self.log.get(int(batch_id))
         if record is None:
             raise StateNotFoundError(f"batch {batch_id} is not committed at "
@@ -266,18 +232,29 @@ class OrderedStateful:
         return batch_output_df(spark, self.log, record, self.options.storage_options, engine)
 
     def cleanup_state(self, keep_batches: int | None = None) -> RetentionResult:
-        """Delete state no longer needed: keep the versions named by the last
-        ``keep_batches`` batch records (default: the processor's), delete older manifests and
-        SST files and orphans of failed attempts up to the latest committed batch. Safe beside
-        a running query (see ``orderedstream.statestore.ordered.retention``); waits for a
-        background cleanup that is running. Returns what it did."""
+        """Delete state no longer needed now (after a running background cleanup); safe beside a
+        running query. Returns what it deleted and kept (``RetentionResult``).
+
+        Parameters
+        ----------
+        keep_batches
+            Batch records whose state versions are kept; ``None``: the processor's."""
         return self._cleanups.run(self.retention.keep_batches if keep_batches is None
                                   else keep_batches)
 
     def wait_for_cleanup(self, timeout: float | None = None) -> RetentionResult | None:
-        """Wait up to ``timeout`` seconds (None: no limit) for the automatic cleanup running
-        in the background; the newest finished cleanup's result (None: none yet, or the
-        newest failed, logged as a warning). TimeoutError when it still runs."""
+        """The newest finished automatic cleanup's result once none runs (``None``: none yet, or
+        it failed, logged as a warning).
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait at most; ``None``: no limit.
+
+        Raises
+        ------
+        TimeoutError
+            The cleanup still runs after ``timeout`` seconds."""
         return self._cleanups.result(timeout)
 
     def _new_retention(self) -> OrderedRetention:
@@ -291,16 +268,22 @@ class OrderedStateful:
 
     # ---- the stage in the query's plan (figures in StreamingQueryProgress) ------------
     def apply(self, df: Any, *, name: str = "orderedstream") -> Any:
-        """The ordered stage as part of streaming ``df``'s plan (``orderedkafka`` rows, either
-        emit mode): write the result with ``.writeStream.foreachBatch(self.commit_batch)``.
+        """The ordered stage as part of streaming ``df``'s plan; write the result with
+        ``.writeStream.foreachBatch(self.commit_batch)``. Spark then reports each batch's figures
+        in ``observedMetrics[name]``; same commit and exactly-once as :meth:`process_batch`.
 
-        Spark then reports each batch's stage figures (records, output rows and files, state
-        keys and bytes of the partitions processed, restores, slowest state commit ms, ...)
-        in ``StreamingQueryProgress.observedMetrics[name]`` and in listener events, which a
-        foreachBatch stage cannot (``orderedstream.statestore.ordered.inplan``). Same commit,
-        fencing and exactly-once as :meth:`process_batch`; OptionError when placement would
-        place batches on a cluster (use ``process_batch`` there, or ``placement="off"``).
-        """
+        Parameters
+        ----------
+        df
+            A streaming ``orderedkafka`` DataFrame, either emit mode.
+        name
+            The key of the figures under ``StreamingQueryProgress.observedMetrics``.
+
+        Raises
+        ------
+        OptionError
+            A required column is missing, or placement would place batches on a cluster
+            (use ``process_batch`` there, or ``placement="off"``)."""
         from orderedstream.statestore.ordered.inplan_driver import apply_stage
 
         check_input_columns(self.options, df.columns)  # before the query starts
@@ -308,8 +291,20 @@ class OrderedStateful:
 
     @reason_first_in_callback  # the pack's sentence right after Spark's prefix
     def commit_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
-        """``foreachBatch`` function of a query written from :meth:`apply`: runs batch
-        ``batch_id``'s stage (one Spark job) and commits it exactly once."""
+        """``foreachBatch`` function of a query written from :meth:`apply`: runs the batch's
+        stage (one Spark job) and commits it exactly once; returns its ``BatchResult``.
+
+        Parameters
+        ----------
+        batch_df
+            The DataFrame Spark hands to ``foreachBatch``.
+        batch_id
+            Spark's batch id.
+
+        Raises
+        ------
+        OrderedStreamError
+            The pack's reason, logged before Spark's report (see :meth:`process_batch`)."""
         from orderedstream.statestore.ordered.inplan_driver import commit_stage
 
         try:
@@ -321,10 +316,21 @@ class OrderedStateful:
     # ---- the foreachBatch function -----------------------------------------------------
     @reason_first_in_callback  # the pack's sentence right after Spark's prefix
     def process_batch(self, batch_df: Any, batch_id: int) -> BatchResult:
-        """Process micro-batch ``batch_id`` exactly once; use as ``foreachBatch``'s function.
+        """Process a micro-batch exactly once and return its ``BatchResult``; use as
+        ``foreachBatch``'s function.
 
-        Runs on the driver; the ordered stage it starts runs on the executors.
-        """
+        Parameters
+        ----------
+        batch_df
+            The ``orderedkafka`` DataFrame Spark hands to ``foreachBatch``.
+        batch_id
+            Spark's batch id.
+
+        Raises
+        ------
+        OrderedStreamError
+            The pack's reason (a missing column, a Kafka partition split across tasks, a
+            fenced writer, ...), logged before Spark's report."""
         try:
             return self._process_batch(batch_df, int(batch_id))
         except OrderedStreamError as exc:  # the reason on the console before Spark's report
@@ -336,7 +342,7 @@ class OrderedStateful:
         LocationError naming the URL when one cannot be written (a missing bucket, denied
         access, a regular file on the path). Call it before starting the query to fail fast
         (``orderedstream run`` does); the batches do not, since it costs the driver an S3
-        client of its own (about 0.3 CPU-s)."""
+        client of its own."""
         self.options.check_locations()
 
     def check_new_output(self) -> None:
@@ -420,8 +426,31 @@ def _commit_ddl() -> str:
 
 def read_state(options: OrderedOptions, base: PartitionBase, pid: str,
                ) -> Iterator[tuple[Any, Any]]:
-    """``(key, value)`` of every key of Kafka partition ``pid`` at the version ``base`` names,
-    from a private read-only copy (works beside a running query). Driver or anywhere."""
+    """Every key of one Kafka partition's state at a committed version, from a private
+    read-only copy (works beside a running query).
+
+    Parameters
+    ----------
+    options
+        The stage's options (state location and store options).
+    base
+        The committed state (version and manifest) to read.
+    pid
+        The Kafka partition's id, ``<topic>/<partition>``.
+
+    Returns
+    -------
+    Iterator[tuple[Any, Any]]
+        ``(key, value)`` pairs; none for an empty base.
+
+    Raises
+    ------
+    CorruptStateError
+        The version's files are gone (older than retention keeps) or damaged.
+
+    Runs on
+    -------
+    both"""
     from orderedstream.statestore.base import EMPTY_VERSION
 
     if base.version == EMPTY_VERSION or base.manifest is None:

@@ -1,11 +1,8 @@
 """Arrow slices -> the Python values the ordered user function gets (executor side, hot path).
 
-The ordered stage calls the user function once per record with a ``dict`` of input columns.
-Building those dicts row by row (``RecordBatch.to_pylist()``) costs microseconds per record,
-most of it in pyarrow's per-value timestamp conversion. Here each slice is converted once per
-column (``to_pylist()``; timestamps through numpy, several times faster and equal value for
-value, tz included), and the per-record dicts are zipped from those lists. Keys are encoded
-for the state table column-wise too.
+Each slice is converted once per column (timestamps through numpy, equal value for value, tz
+included) and the per-record dicts are zipped from those lists, instead of row by row with
+``RecordBatch.to_pylist()``, whose per-value timestamp conversion dominates.
 """
 
 from __future__ import annotations
@@ -33,7 +30,21 @@ _DEDUP_MIN = 64  # below this many values, converting each one is as cheap
 
 
 def column_values(column: pa.Array) -> list[Any]:
-    """``column.to_pylist()``, faster for timestamps (same values, same tzinfo objects)."""
+    """``column.to_pylist()``, faster for timestamps (same values, same tzinfo objects).
+
+    Parameters
+    ----------
+    column
+        One column of a slice.
+
+    Returns
+    -------
+    list[Any]
+        Its Python values; repeated timestamps share one ``datetime`` object.
+
+    Runs on
+    -------
+    executor"""
     typ = column.type
     if pa.types.is_timestamp(typ) and typ.unit in _PER_SECOND and len(column):
         if column.null_count == 0 and len(column) >= _DEDUP_MIN:
@@ -70,7 +81,23 @@ def _timestamps(column: pa.Array, typ: pa.TimestampType) -> list[Any] | None:
 
 
 def encoded_keys(column: pa.Array, keys: Sequence[Any]) -> list[bytes]:
-    """``[encode_key(k) for k in keys]`` for a key column, with fast paths for bytes/strings."""
+    """``[encode_key(k) for k in keys]`` for a key column, with fast paths for bytes/strings.
+
+    Parameters
+    ----------
+    column
+        The key column (its type picks the fast path).
+    keys
+        The column's Python values (:func:`column_values`).
+
+    Returns
+    -------
+    list[bytes]
+        The encoded keys, one per value.
+
+    Runs on
+    -------
+    executor"""
     typ = column.type
     null = _NULL_KEY
     if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
@@ -93,7 +120,26 @@ class RecordDecoder:
 
     def decode(self, piece: pa.RecordBatch,
                ) -> tuple[Sequence[Any], Sequence[bytes], Iterator[dict[str, Any]]]:
-        """``(keys, encoded keys, records)`` of ``piece``, each ``piece.num_rows`` long."""
+        """The keys, encoded keys and record dicts of one slice.
+
+        Parameters
+        ----------
+        piece
+            A slice of one Kafka partition's records.
+
+        Returns
+        -------
+        tuple[Sequence[Any], Sequence[bytes], Iterator[dict[str, Any]]]
+            ``(keys, encoded keys, records)``, each ``piece.num_rows`` long.
+
+        Raises
+        ------
+        KeyError
+            A configured column or the key column is not in ``piece``.
+
+        Runs on
+        -------
+        executor"""
         rows = piece.num_rows
         names = tuple(piece.schema.names) if self.columns is None else self.columns
         values = [column_values(piece.column(name)) for name in names]

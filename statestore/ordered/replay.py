@@ -1,32 +1,7 @@
 """Replay committed batches of one Kafka partition in this Python process, and compare.
 
-Usage::
-
-    from orderedstream.statestore.ordered.replay import replay
-
-    result = replay(output="s3://lake/out", state="s3://lake/state",
-                    checkpoint="/data/checkpoint", topic="sessions-a", partition=0,
-                    first=7, bootstrap_servers="localhost:9092",
-                    storage_options={...})          # function=None: the batch's own logic
-    print("identical" if result.identical else result.output.first)
-
-For batches ``first..last`` (default: one batch) it:
-
-1. opens the partition's state at the version batch ``first`` started from (the previous
-   batch record's) as a PRIVATE writable copy under ``scratch`` (restored from the state
-   location, never committed: production state and output are only read);
-2. reads each batch's offset range (query checkpoint ``offsets/N``) again from Kafka, after
-   checking that retention kept it (``DataLossError`` naming topic, partition and offsets);
-3. runs the user function in this process through the stage's own record loop
-   (``runner.PartitionRun``) with the batch's recorded processing time, so timeouts fire as
-   they did; ``breakpoint()`` in the function stops here. The function is the one the batch
-   recorded (``replay_spec``) or ``function`` (``MODULE:ATTR`` or a callable);
-4. writes the replayed rows to ``<scratch>/output/batch=N/<topic>-<partition>.parquet`` and
-   compares them with the rows that partition's task committed (``replay_diff``), then the
-   state the last batch ends with against the committed state version.
-
-Over a range, state flows from one replayed batch to the next (the new logic's own state),
-so a changed function is tried against history as if it had run it.
+Production state and output are only read; the replay's state is a private copy and its rows
+go to a scratch folder. Usage and the command line: docs/replay.md.
 """
 
 from __future__ import annotations
@@ -120,6 +95,7 @@ class ReplayResult:
 
     @property
     def identical(self) -> bool:
+        """True when every batch's output and the end state equal what was committed."""
         return self.output.identical and self.state.identical
 
 
@@ -205,14 +181,64 @@ def replay(*, output: str, state: str, checkpoint: str, topic: str, partition: i
            storage_options: Mapping[str, Any] | None = None,
            kafka_options: Mapping[str, str] | None = None, scratch: str | None = None,
            key_columns: list[str] | tuple[str, ...] | None = None) -> ReplayResult:
-    """Replay batches ``first..last`` (inclusive; default just ``first``) of Kafka
-    ``topic``-``partition`` in this process and compare them with what they committed.
+    """Replay batches ``first..last`` of one Kafka partition in this process and compare
+    them with what they committed.
 
-    The replayed rows go to ``<scratch>/output``. Without ``scratch`` a new folder
-    ``orderedstream-replay-*`` in the system temp directory (``tempfile.gettempdir()``,
-    ``$TMPDIR``) is made: kept after a replay that wrote rows (the caller reads and deletes
-    it), removed when the replay fails or is refused, or wrote nothing. A ``scratch`` given
-    is never removed."""
+    It opens the partition's state at the version batch ``first`` started from as a private
+    writable copy under ``scratch`` (never committed); reads each batch's offset range (query
+    checkpoint ``offsets/N``) again from Kafka after checking that retention kept it; runs the
+    function through the stage's own record loop with the batch's recorded processing time, so
+    timeouts fire as they did (``breakpoint()`` in the function stops here); writes the rows to
+    ``<scratch>/output/batch=N/<topic>-<partition>.parquet`` and compares them with the rows the
+    partition's task committed, then the end state with the committed state version. Over a
+    range, state flows from one replayed batch to the next (the new logic's own state).
+
+    Parameters
+    ----------
+    output
+        The output table's URL (Delta or fenced Parquet).
+    state
+        The stage's state location.
+    checkpoint
+        The query's ``checkpointLocation`` (its ``offsets/`` give each batch's range).
+    topic, partition
+        The Kafka partition to replay.
+    first, last
+        The batches, inclusive; ``last=None``: only ``first``.
+    bootstrap_servers
+        The Kafka brokers to read the records again from.
+    function
+        ``None``: the function the batch recorded; else ``MODULE:ATTR`` or a callable.
+    storage_options
+        fsspec options for the output, state and checkpoint locations.
+    kafka_options
+        Extra Kafka client options (e.g. ``kafka.security.protocol``).
+    scratch
+        Folder for the state copy and rows; never removed when given. ``None``: a new
+        ``orderedstream-replay-*`` in the temp dir, kept when rows were written (the caller
+        reads and deletes it), else removed, also when the replay fails.
+    key_columns
+        Output columns that identify a row in the comparison; ``None``: what the batch
+        recorded, else the stage's key.
+
+    Returns
+    -------
+    ReplayResult
+        Per batch and in total: the output differences, and the end state's.
+
+    Raises
+    ------
+    OptionError
+        Bad batch numbers or ``function``; a batch not committed by the ordered stage, or
+        without recorded replay information or processing time.
+    StateNotFoundError
+        A batch (or the one before ``first``) is not committed.
+    DataLossError
+        Kafka no longer holds a batch's offsets (naming topic, partition and offsets).
+
+    Runs on
+    -------
+    driver (this process; no Spark job)"""
     last = first if last is None else last
     if first < 0 or last < first:
         raise OptionError(f"replay batches {first}..{last}: 0 <= first <= last is required")

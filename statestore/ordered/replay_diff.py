@@ -1,13 +1,8 @@
 """Comparing a replay with what its batch committed: output rows and end state.
 
-Output rows are compared per *key* (the output columns that name the entity a row belongs to,
-e.g. ``session``) as multisets: rows found on both sides are equal; the rest are *changed*
-when a committed and a replayed row of the same key share the Kafka ``offset`` column (or,
-without offsets, pair up in sorted order), else *removed* (committed only) or *added*
-(replayed only). Memory stays bounded: both sides are spilled to Arrow IPC files, one per hash
-bucket of the key, and compared one bucket at a time (``bucket_rows`` rows per bucket, about).
-
-State is compared key by key in key order, streaming both sides (value and timeout).
+Output rows are compared per key as multisets, spilled to per-bucket Arrow IPC files so
+memory stays bounded (:class:`OutputSpill`); state key by key in key order, streaming both
+sides (:func:`diff_state`).
 """
 
 from __future__ import annotations
@@ -41,6 +36,7 @@ class Difference:
     replayed: Any
 
     def describe(self) -> str:
+        """The difference as one line: key, offset, column, committed vs replayed (shortened)."""
         return (f"key {self.key!r} offset {self.offset} column {self.column}: committed "
                 f"{_short(self.committed)} vs replayed {_short(self.replayed)}")
 
@@ -65,9 +61,21 @@ class OutputDiff:
 
     @property
     def identical(self) -> bool:
+        """True when no row was added, removed or changed."""
         return self.added == self.removed == self.changed == 0
 
     def merge(self, other: OutputDiff) -> None:
+        """Add another diff's counts to this one (per-key counts up to ``MAX_KEYS`` keys, listed
+        differences up to ``MAX_LISTED``).
+
+        Parameters
+        ----------
+        other
+            A diff of another bucket or batch; not changed.
+
+        Runs on
+        -------
+        driver"""
         self.same += other.same
         self.added += other.added
         self.removed += other.removed
@@ -107,7 +115,26 @@ def _freeze(value: Any) -> Any:
 
 
 class OutputSpill:
-    """Both sides' rows, spilled to per-bucket Arrow IPC files under ``directory``."""
+    """Both sides' rows, spilled to per-bucket Arrow IPC files under ``directory``.
+
+    Rows are compared per key (the output columns that name the entity a row belongs to) as
+    multisets: rows found on both sides are equal; the rest are *changed* when a committed
+    and a replayed row of the same key share the Kafka ``offset`` column (or, without
+    offsets, pair up in sorted order), else *removed* (committed only) or *added* (replayed
+    only). Buckets hold about ``bucket_rows`` rows each and are compared one at a time.
+
+    Parameters
+    ----------
+    directory
+        Where the spill files go (created).
+    schema
+        The output schema both sides are cast to.
+    key_columns
+        The key's columns (those not in ``schema`` are ignored; none: one key).
+    expected_rows
+        The committed row count, which sets the number of buckets.
+    bucket_rows
+        Rows per bucket, about."""
 
     def __init__(self, directory: str, schema: pa.Schema, key_columns: Iterable[str], *,
                  expected_rows: int, bucket_rows: int = DEFAULT_BUCKET_ROWS) -> None:
@@ -119,6 +146,22 @@ class OutputSpill:
         os.makedirs(directory, exist_ok=True)
 
     def key_of(self, row: dict[str, Any]) -> Any:
+        """The key of an output row: ``None`` without key columns, the value of a single one,
+        else the tuple of values.
+
+        Parameters
+        ----------
+        row
+            The row as a dict by column name.
+
+        Returns
+        -------
+        Any
+            The key.
+
+        Runs on
+        -------
+        driver"""
         if not self.key_columns:
             return None
         if len(self.key_columns) == 1:
@@ -126,7 +169,23 @@ class OutputSpill:
         return tuple(row[c] for c in self.key_columns)
 
     def add(self, side: str, batch: pa.RecordBatch) -> None:
-        """Append ``batch`` (``side`` is ``committed`` or ``replayed``) to its buckets."""
+        """Append a batch of one side's rows to their key's buckets.
+
+        Parameters
+        ----------
+        side
+            ``"committed"`` or ``"replayed"``.
+        batch
+            Rows with at least the schema's columns (extra ones are dropped).
+
+        Raises
+        ------
+        pyarrow.ArrowInvalid
+            The rows cannot be cast to the output schema.
+
+        Runs on
+        -------
+        driver"""
         batch = batch.select(self.schema.names)
         if self.buckets == 1:
             self._writer(side, 0).write_batch(batch.cast(self.schema))
@@ -253,6 +312,7 @@ class StateDiff:
 
     @property
     def identical(self) -> bool:
+        """True when both sides have the same keys with the same values and timeouts."""
         return self.only_committed == self.only_replayed == self.changed == 0
 
     def _note(self, diff: Difference) -> None:
@@ -265,7 +325,23 @@ _END = object()
 
 def diff_state(committed: Iterator[tuple[bytes, Any]], replayed: Iterator[tuple[bytes, Any]],
                ) -> StateDiff:
-    """Merge-join two key-ordered ``(encoded key, (value, timeout_ms))`` streams."""
+    """Compare two states by merge-joining their key-ordered streams.
+
+    Parameters
+    ----------
+    committed
+        ``(encoded key, (value, timeout_ms))`` of the committed version, in key order.
+    replayed
+        The same of the replay's end state.
+
+    Returns
+    -------
+    StateDiff
+        Key counts, keys on one side only, changed values or timeouts, the first differences.
+
+    Runs on
+    -------
+    driver"""
     out = StateDiff()
     old: Any = next(committed, _END)
     new: Any = next(replayed, _END)

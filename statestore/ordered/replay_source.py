@@ -1,12 +1,5 @@
 """Where a replayed batch's records come from: its offset range, planned by Spark and kept in
 the query checkpoint, read again from Kafka.
-
-Spark writes ``<checkpoint>/offsets/<N>`` before batch N runs: a version line, the batch
-metadata, then one JSON line per source; the ``orderedkafka`` line maps topic -> partition ->
-the NEXT offset after batch N (``orderedstream.python_datasource.offsets``). Batch N of a
-partition read ``[end of N-1, end of N)``; a partition new in N starts at its
-``newPartitions`` offset (for batch 0 every partition is new, or its first offset is the one
-the commit record names).
 """
 
 from __future__ import annotations
@@ -37,6 +30,7 @@ class BatchRange:
     end: int
 
     def describe(self) -> str:
+        """The range for messages: ``Kafka <topic>-<partition> offsets [start, end)``."""
         return f"Kafka {self.topic}-{self.partition} offsets [{self.start}, {self.end})"
 
 
@@ -74,8 +68,41 @@ def _next_offset(offsets: list[KafkaSourceOffset], topic: str, partition: int) -
 def batch_range(checkpoint: str, batch_id: int, topic: str, partition: int, *,
                 committed_first: int | None, storage_options: Mapping[str, Any] | None = None,
                 ) -> BatchRange:
-    """The offsets batch ``batch_id`` planned for ``topic``-``partition``; StateNotFoundError
-    when the checkpoint no longer (or never) holds the batch's offsets file."""
+    """The offsets one batch planned for one Kafka partition, from the query checkpoint.
+
+    Spark writes ``<checkpoint>/offsets/<N>`` before batch N runs; its ``orderedkafka`` line
+    maps topic -> partition -> the next offset after batch N. Batch N read ``[end of N-1, end
+    of N)``; a partition new in N starts at its ``newPartitions`` offset, else (batch 0) at
+    the first offset the commit record names.
+
+    Parameters
+    ----------
+    checkpoint
+        The query's ``checkpointLocation``.
+    batch_id
+        The batch.
+    topic, partition
+        The Kafka partition.
+    committed_first
+        The first offset the batch's commit record names for it, or ``None``.
+    storage_options
+        fsspec options for a remote checkpoint.
+
+    Returns
+    -------
+    BatchRange
+        The records ``[start, end)`` the batch read (empty when it read none).
+
+    Raises
+    ------
+    StateNotFoundError
+        The checkpoint no longer (or never) holds the batch's offsets file.
+    OptionError
+        The batch did not read this topic-partition (the ones it read are listed).
+
+    Runs on
+    -------
+    driver"""
     storage = dict(storage_options or {})
     end_offsets = _source_offsets(checkpoint, batch_id, storage)
     if end_offsets is None:
@@ -106,8 +133,25 @@ def batch_range(checkpoint: str, batch_id: int, topic: str, partition: int, *,
 
 def check_retained(rng: BatchRange, bootstrap_servers: str,
                    kafka_options: Mapping[str, str] | None = None) -> None:
-    """DataLossError naming topic, partition and offsets when Kafka's retention (or
-    ``delete_records``) removed part of the range."""
+    """Refuse a range that Kafka's retention (or ``delete_records``) removed part of.
+
+    Parameters
+    ----------
+    rng
+        The batch's range.
+    bootstrap_servers
+        The Kafka brokers.
+    kafka_options
+        Extra client options (a ``kafka.`` prefix is dropped).
+
+    Raises
+    ------
+    DataLossError
+        The partition now starts after ``rng.start``, naming topic, partition and offsets.
+
+    Runs on
+    -------
+    driver"""
     if rng.end <= rng.start:
         return
     from confluent_kafka import Consumer, TopicPartition
@@ -132,8 +176,27 @@ def check_retained(rng: BatchRange, bootstrap_servers: str,
 
 def read_batch(rng: BatchRange, bootstrap_servers: str, *, columns: list[str] | None,
                kafka_options: Mapping[str, str] | None = None) -> Iterator[pa.RecordBatch]:
-    """The range's records as bounded Arrow batches (the stage's own reader), in offset
-    order, restricted to ``columns`` (None: all)."""
+    """The range's records as bounded Arrow batches (the stage's own reader), in offset order.
+
+    Parameters
+    ----------
+    rng
+        The batch's range.
+    bootstrap_servers
+        The Kafka brokers.
+    columns
+        The columns to keep; ``None``: all of ``orderedkafka``'s.
+    kafka_options
+        Extra client options, with or without the ``kafka.`` prefix.
+
+    Returns
+    -------
+    Iterator[pa.RecordBatch]
+        Non-empty batches of the records.
+
+    Runs on
+    -------
+    driver"""
     options = {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": rng.topic}
     for key, value in (kafka_options or {}).items():
         options[key if key.startswith("kafka.") else f"kafka.{key}"] = value

@@ -1,19 +1,8 @@
 """What a replay needs to rebuild a batch's user function and stage options, kept in the
 batch's commit record (``extra["ordered_state"]["replay"]``), and how it is read back.
 
-Recorded per batch (small JSON, written by ``OrderedStateful.process_batch``)::
-
-    {"function": "orderedstream.app.job.sessions:SessionLogic",   # module:qualified name
-     "params": {"snapshot_every": 100, "idle_timeout": "10 minutes"},  # dataclass fields
-     "options": {"key": "key", "columns": [...], "timeout": {"kind": "processing", ...},
-                 "max_cached_keys": 10000, "output_batch_rows": 8192,
-                 "output_schema": "<base64 Arrow IPC>", "partition_by": ["kind", "site", "date"]}}
-
-A function is re-creatable when it is a module-level function, or an instance of a
-module-level dataclass whose fields are JSON values (the parameters it ran with); a lambda or a
-closure is recorded as ``"function": null`` with the reason, and a replay then needs
-``--function``. The function's *code* is the one importable at replay time: replaying with the
-code of the run means running the same checkout/version of the job.
+The function's *code* is the one importable at replay time: replaying with the code of the
+run means running the same checkout or version of the job.
 """
 
 from __future__ import annotations
@@ -44,9 +33,28 @@ def _qualified(obj: Any) -> str | None:
 
 
 def function_spec(func: Any) -> dict[str, Any]:
-    """How to re-create ``func`` in another process, or why it cannot be; plus the output
-    columns naming the entity a row belongs to (the function's ``output_key_columns``
-    attribute, if any), by which a replay groups its diff."""
+    """How to re-create ``func`` in another process, or why it cannot be.
+
+    A function is re-creatable when it is a module-level function, or an instance of a
+    module-level dataclass whose fields are JSON values (the parameters it ran with); a lambda
+    or a closure is recorded as ``"function": null`` with the reason, and a replay then needs
+    ``--function``.
+
+    Parameters
+    ----------
+    func
+        The stage's user function.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"function": "module:qualname", "params": {...}}`` or ``{"function": None, "why":
+        ...}``; plus ``key_columns`` from the function's ``output_key_columns`` attribute,
+        if any (the output columns a replay groups its diff by).
+
+    Runs on
+    -------
+    driver"""
     spec = _function_spec(func)
     keys = getattr(func, "output_key_columns", None)
     if keys:
@@ -73,6 +81,21 @@ def _function_spec(func: Any) -> dict[str, Any]:
 
 
 def timeout_spec(timeout: Timeout) -> dict[str, Any]:
+    """A timeout mode as JSON (:func:`timeout_from_spec` reads it back).
+
+    Parameters
+    ----------
+    timeout
+        ``NoTimeout``, ``ProcessingTimeTimeout`` or ``EventTimeTimeout``.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"kind": "none" | "processing" | "event", ...}`` with its milliseconds and column.
+
+    Runs on
+    -------
+    driver"""
     if isinstance(timeout, ProcessingTimeTimeout):
         return {"kind": "processing", "default_ms": timeout.default_ms}
     if isinstance(timeout, EventTimeTimeout):
@@ -81,6 +104,26 @@ def timeout_spec(timeout: Timeout) -> dict[str, Any]:
 
 
 def timeout_from_spec(spec: Mapping[str, Any] | None) -> Timeout:
+    """The timeout mode of :func:`timeout_spec`'s JSON.
+
+    Parameters
+    ----------
+    spec
+        The recorded timeout, or ``None`` (no timeout).
+
+    Returns
+    -------
+    Timeout
+        The mode; an unknown kind gives ``NoTimeout()``.
+
+    Raises
+    ------
+    OptionError
+        The recorded values do not make a valid timeout.
+
+    Runs on
+    -------
+    driver"""
     kind = (spec or {}).get("kind", "none")
     if kind == "processing":
         default = spec.get("default_ms") if spec else None
@@ -92,7 +135,28 @@ def timeout_from_spec(spec: Mapping[str, Any] | None) -> Timeout:
 
 
 def replay_spec(options: OrderedOptions, func: Any) -> dict[str, Any]:
-    """The ``replay`` section of a batch's commit record."""
+    """The ``replay`` section of a batch's commit record (small JSON), e.g.::
+
+        {"function": "mypackage.logic:SessionLogic", "params": {"idle_timeout": "10 minutes"},
+         "options": {"key": "key", "columns": [...], "timeout": {"kind": "processing", ...},
+                     "max_cached_keys": ..., "output_batch_rows": ...,
+                     "output_schema": "<base64 Arrow IPC>", "partition_by": [...]}}
+
+    Parameters
+    ----------
+    options
+        The stage's options.
+    func
+        The stage's user function (:func:`function_spec`).
+
+    Returns
+    -------
+    dict[str, Any]
+        The section.
+
+    Runs on
+    -------
+    driver"""
     partition_by = options.writer_options.get("partitionBy") or ()
     return {**function_spec(func), "options": {
         "key": options.key, "columns": None if options.columns is None else list(options.columns),
@@ -103,8 +167,28 @@ def replay_spec(options: OrderedOptions, func: Any) -> dict[str, Any]:
 
 
 def load_function(text: str) -> Callable[..., Any]:
-    """``MODULE:ATTR`` (ATTR may be dotted) -> the callable; a class is instantiated with no
-    arguments (its defaults). OptionError saying what is accepted otherwise."""
+    """The callable ``MODULE:ATTR`` names (ATTR may be dotted); a class is instantiated with
+    no arguments (its defaults).
+
+    Parameters
+    ----------
+    text
+        ``MODULE:ATTR``, e.g. ``mypackage.logic:update_session``.
+
+    Returns
+    -------
+    Callable[..., Any]
+        The function, or the instance of the class.
+
+    Raises
+    ------
+    OptionError
+        Not ``MODULE:ATTR``, the module does not import, it has no such attribute, or the
+        result is not callable.
+
+    Runs on
+    -------
+    driver"""
     module_name, sep, attr = text.partition(":")
     if not sep or not module_name or not attr:
         raise OptionError(f"--function {text!r}: MODULE:ATTR is required, e.g. "
@@ -127,7 +211,28 @@ def load_function(text: str) -> Callable[..., Any]:
 
 
 def function_from_spec(spec: Mapping[str, Any]) -> Callable[..., Any]:
-    """The function a batch ran with, re-created from its commit record's ``replay`` section."""
+    """The function a batch ran with, re-created from its commit record's ``replay`` section.
+
+    Parameters
+    ----------
+    spec
+        The section (:func:`replay_spec`).
+
+    Returns
+    -------
+    Callable[..., Any]
+        The module-level function, or the dataclass built with its recorded ``params``.
+
+    Raises
+    ------
+    OptionError
+        The function was not recorded (the reason is given; pass ``--function``).
+    ImportError, AttributeError
+        The recorded module or attribute no longer exists in the code importable now.
+
+    Runs on
+    -------
+    driver"""
     name = spec.get("function")
     if not name:
         why = spec.get("why") or ("the batch was committed before replay information was "

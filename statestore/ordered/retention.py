@@ -1,25 +1,8 @@
 """Retention of the ordered stage's state, driven by the output table's commit log.
 
-The ordered stage publishes a partition's state version by naming its manifest in the batch
-commit record (``extra["ordered_state"]``, the full carried-forward map of every Kafka
-partition). So what must be kept is exactly what the last M batch records name:
-
-- retained manifests: every partition's manifest in each of the last ``keep_batches`` batch
-  records (an idle partition's old manifest stays: the latest record still names it);
-- retained files: every SST/file those manifests reference (incremental snapshots share
-  SSTs between versions, so a file named after an old batch can still be live).
-
-Everything else under ``<state_location>/topic=*/p=*/{manifests,sst}/`` whose batch id (the
-name's prefix) is ``<=`` the latest committed batch is deleted: older versions, and candidates
-of crashed, failed or fenced (zombie) attempts that no record names. Artifacts of a batch id
-``>`` the latest committed are never touched: an attempt of the next batch may be writing them.
-
-Why this is safe while the query runs or replays: a batch starts from the latest record's
-manifests (retained, ``keep_batches >= 1``); a replayed batch whose record exists is skipped
-without reading state; a restart restores from the latest record. An SST kept by a later
-version either carries that version's batch id or was in its parent manifest, so anything a
-newer record can reference is retained by the record this cleanup read (a stale or concurrent
-cleanup never deletes what a newer batch needs). Driver-side; idempotent; safe to interrupt.
+What the last ``keep_batches`` batch records name is kept, the rest up to the latest committed
+batch is deleted; safe while the query runs or replays (see :class:`OrderedRetention`).
+Driver-side; idempotent; safe to interrupt.
 """
 
 from __future__ import annotations
@@ -80,7 +63,22 @@ class RetentionPolicy:
                               "False (inside the due batch) is required")
 
     def due(self, batch_id: int) -> bool:
-        """Whether automatic cleanup runs after committing ``batch_id``."""
+        """Whether automatic cleanup runs after committing a batch: when ``batch_id + 1`` is a
+        multiple of ``cleanup_interval_batches`` (never when it is ``None``).
+
+        Parameters
+        ----------
+        batch_id
+            The batch just committed.
+
+        Returns
+        -------
+        bool
+            True when the cleanup is due.
+
+        Runs on
+        -------
+        driver"""
         every = self.cleanup_interval_batches
         return every is not None and (batch_id + 1) % every == 0
 
@@ -106,15 +104,38 @@ class RetentionResult:
 
     @property
     def deleted(self) -> int:
+        """Objects deleted: manifests and files."""
         return self.manifests_deleted + self.files_deleted
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict of its fields (what the cleanup logs).
+
+        Returns
+        -------
+        dict[str, Any]
+            Field name -> value."""
         return asdict(self)
 
 
 def retained_batch_records(log: CommitLog, keep_batches: int) -> list[CommitRecord]:
-    """The newest ``keep_batches`` batch commit records, oldest first (maintenance records
-    such as compactions or fillers carry no state and are skipped)."""
+    """The newest batch commit records, oldest first (maintenance records such as compactions
+    or fillers carry no state and are skipped).
+
+    Parameters
+    ----------
+    log
+        The output table's batch log.
+    keep_batches
+        How many batch records to return at most.
+
+    Returns
+    -------
+    list[CommitRecord]
+        Up to ``keep_batches`` records; empty for an empty log.
+
+    Runs on
+    -------
+    driver"""
     latest = log.latest_version()
     if latest is None:
         return []
@@ -131,8 +152,29 @@ def retained_batch_records(log: CommitLog, keep_batches: int) -> list[CommitReco
 class OrderedRetention:
     """Applies commit-log-driven retention to one ``state_location`` (driver side).
 
-    Keeps a cache of each retained manifest's referenced files (manifests never change), so
-    a periodic cleanup reads only the manifests committed since the previous one.
+    A batch record names every Kafka partition's manifest (the carried-forward map), so what
+    is kept is every manifest the last ``keep_batches`` batch records name (an idle
+    partition's old one too) and every file those manifests reference (snapshots share SSTs
+    between versions). Everything else under ``topic=*/p=*/{manifests,sst}/`` whose batch id
+    (the name's prefix) is at most the latest committed batch is deleted: older versions, and
+    candidates of crashed, failed or fenced attempts. Artifacts of a later batch id are never
+    touched: an attempt of the next batch may be writing them.
+
+    Safe beside a running query: a batch starts from the latest record's manifests (kept); a
+    replayed batch whose record exists is skipped without reading state. An SST kept by a
+    later version either carries that version's batch id or was in its parent manifest, so a
+    stale or concurrent cleanup never deletes what a newer batch needs. Each retained
+    manifest's file set is cached (manifests never change), so a periodic cleanup reads only
+    the manifests committed since the previous one.
+
+    Parameters
+    ----------
+    log
+        The output table's batch log.
+    state_location
+        The stage's state location URL.
+    storage_options
+        fsspec options for it.
     """
 
     def __init__(self, log: CommitLog, state_location: str,
@@ -145,8 +187,31 @@ class OrderedRetention:
         self._files_of: dict[str, frozenset[str]] = {}
 
     def retained(self, records: Iterable[CommitRecord]) -> tuple[set[str], set[str], int]:
-        """``(manifests, files, partitions)`` the records name, as paths relative to the
-        state location (``topic=<t>/p=<P>/...``)."""
+        """What the records name: their manifests, the files those reference, their partitions.
+
+        Reads the manifests not cached yet (concurrently where obstore serves the location).
+
+        Parameters
+        ----------
+        records
+            The retained batch records.
+
+        Returns
+        -------
+        tuple[set[str], set[str], int]
+            ``(manifests, files, partitions)``; paths relative to the state location
+            (``topic=<t>/p=<P>/...``).
+
+        Raises
+        ------
+        CorruptStateError
+            A named manifest does not exist or is unreadable (nothing is deleted).
+        OSError
+            The store failed to return a manifest (the next cleanup retries).
+
+        Runs on
+        -------
+        driver"""
         manifests: set[str] = set()
         pids: set[str] = set()
         for record in records:
@@ -165,7 +230,8 @@ class OrderedRetention:
         if not manifests:
             return
         paths = {f"{self.root}/{rel}": rel for rel in manifests}
-        # obstore where it serves the location: 8 concurrent GETs at 0.2 ms of CPU each
+        # obstore where it serves the location: concurrent GETs, little CPU per GET in this
+        # process (docs/decisions/0013-obstore-for-small-puts.md)
         got: Mapping[str, Any] | None = objectstore.get_many(self.fs, list(paths))
         if got is None:
             for path in paths:
@@ -215,7 +281,31 @@ class OrderedRetention:
                 and p[len(prefix):].startswith("topic=")]
 
     def run(self, keep_batches: int) -> RetentionResult:
-        """Keep what the last ``keep_batches`` batch records name; delete the rest."""
+        """Keep what the last ``keep_batches`` batch records name; delete the rest (manifests
+        first, so an interrupted cleanup never leaves a manifest whose files are gone).
+
+        Parameters
+        ----------
+        keep_batches
+            How many of the newest batch records' state versions are kept (at least 1).
+
+        Returns
+        -------
+        RetentionResult
+            What was kept, deleted and listed (also logged).
+
+        Raises
+        ------
+        OptionError
+            ``keep_batches`` is not a positive integer.
+        CorruptStateError
+            A retained manifest is missing or unreadable (nothing is deleted).
+        OSError
+            The store failed to return a manifest or to delete.
+
+        Runs on
+        -------
+        driver"""
         _positive("keep_batches", keep_batches)
         started = time.perf_counter()
         records = retained_batch_records(self.log, keep_batches)

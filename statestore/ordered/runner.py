@@ -1,23 +1,8 @@
 """The ordered stage's task body (executor side): Kafka partitions in offset order, with state.
 
-``OrderedTask`` is the function ``mapInArrow`` runs on each Spark partition. It is pickled with
-the options, the user function, the ``BatchPlan`` and the secret ``kafka.*`` settings that
-``emit = ranges`` rows never carry; nothing else crosses from the driver.
-For every Kafka (topic, partition) in its input (normally exactly one per task) it:
-
-1. opens the partition's state at the version the plan names (local copy or restore),
-2. calls the user function once per record, in input (= offset) order, checking that offsets
-   strictly increase and continue after the last committed offset,
-3. calls it once per key whose timeout passed (processing time or the partition's watermark),
-4. streams the returned rows as bounded Arrow batches into the Parquet writer,
-5. prepares the state candidate for version ``batch_id`` (attempt-unique manifest),
-6. yields one ``PartitionCommit`` (JSON) row: the driver publishes it in the commit record.
-
-With ``emit = ranges`` a task reads its ranges itself, two small ones at a time
-(``statestore.ordered.inflight``: the user function is still called by one thread at a time).
-Input is consumed as the Arrow batches Spark hands over (``maxRecordsPerBatch`` rows each);
-state keeps at most ``max_cached_keys`` decoded entries; output at most ``output_batch_rows``
-rows before they go to the writer. Nothing scales with the partition's size in memory.
+Nothing scales with a partition's size in memory: input comes as Spark's Arrow batches (or
+bounded reads of a range), state keeps at most ``max_cached_keys`` decoded entries, output at
+most ``output_batch_rows`` rows before they go to the writer.
 """
 
 from __future__ import annotations
@@ -119,11 +104,10 @@ class _Runs:
 
 
 class PartitionRun:
-    """Processes one Kafka partition's slices of one batch against its open state.
-
-    Also the entry point of replay (``orderedstream.statestore.ordered.replay``), which runs
-    it in the driver's process on a private state copy: keep ``PartitionRun(options, func,
-    plan, pid, base, table).outputs(slices)`` and its counters working."""
+    """Processes one Kafka partition's slices of one batch against its open state (executor;
+    also the driver's process in a replay, ``ordered.replay``, on a private state copy: keep
+    ``PartitionRun(options, func, plan, pid, base, table).outputs(slices)`` and its counters
+    working)."""
 
     def __init__(self, options: OrderedOptions, func: UserFunction, plan: BatchPlan,
                  pid: str, base: PartitionBase, table: KeyedStateTable) -> None:
@@ -147,11 +131,28 @@ class PartitionRun:
         self.delay_ms = timeout.delay_ms if isinstance(timeout, EventTimeTimeout) else 0
 
     def watermark_ms(self) -> int | None:
+        """The event-time watermark (largest event time seen minus the delay, epoch ms), or None."""
         return None if self.max_event_ms is None else self.max_event_ms - self.delay_ms
 
     # ---- the record loop ---------------------------------------------------------------
     def outputs(self, slices: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Arrow batches of output rows (bounded), after the state has absorbed every call."""
+        """Arrow batches of output rows (bounded), after the state has absorbed every call.
+
+        The function is called once per record in offset order, then once per key whose timeout
+        passed; the counters (``records``, ``output_rows``, ``timeouts``, offsets) follow.
+
+        Parameters
+        ----------
+        slices
+            The partition's input slices, in offset order.
+
+        Raises
+        ------
+        OrderViolationError
+            Offsets out of order, or not after the last committed one.
+        UserFunctionError
+            The function's result is not rows that fit ``output_schema``; what the function
+            raises propagates with a note naming the Kafka offset and key."""
         options = self.options
         schema = options.output_schema
         limit = options.output_batch_rows
@@ -277,7 +278,7 @@ class PartitionRun:
 class OrderedTask:
     """The ``mapInArrow`` function of one batch. Pickled to executors (holds only options,
     the user function, the plan and the secret ``kafka.*`` settings ``emit = ranges`` rows
-    lack); called once per Spark partition."""
+    lack); called once per Spark partition. Every method runs on the executor."""
 
     def __init__(self, options: OrderedOptions, func: UserFunction, plan: BatchPlan,
                  sink: FencedParquetOptions, *, kafka_secrets: KafkaSecrets | None = None,
@@ -331,7 +332,17 @@ class OrderedTask:
 
     def ranges(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, Any, Any]]:
         """``(partition id, range, reader options)`` of each range the ``emit = ranges`` rows
-        describe; a Kafka partition described twice in one task is refused."""
+        describe, the secrets put back.
+
+        Parameters
+        ----------
+        batches
+            The task's input rows.
+
+        Raises
+        ------
+        OrderViolationError
+            A Kafka partition is described twice in one task (a split or repartitioned range)."""
         done: set[str] = set()
         for batch in batches:
             for rng, reader_options in described(batch, self.kafka_secrets):
@@ -347,7 +358,17 @@ class OrderedTask:
     def range_slices(self, rng: Any, reader_options: Any) -> Iterator[pa.RecordBatch] | None:
         """One described Kafka range read here (the same batches and checks as the source's
         records mode), its input columns checked and narrowed to ``columns``; None when the
-        range holds no record."""
+        range holds no record.
+
+        Parameters
+        ----------
+        rng, reader_options
+            The Kafka range and the source's reader options for it.
+
+        Raises
+        ------
+        OptionError
+            The records lack a column the stage needs."""
         began = time.perf_counter()
         records = read_range(rng, reader_options)
         head = next(records, None)
@@ -363,10 +384,40 @@ class OrderedTask:
         return slices
 
     def run_timeouts_only(self, pid: str) -> PartitionCommit:
-        """A partition without records in this batch whose timeouts are due."""
+        """:meth:`run_partition` for a partition without records whose timeouts are due.
+
+        Parameters
+        ----------
+        pid
+            The Kafka partition's id."""
         return self.run_partition(pid, iter(()))
 
     def run_partition(self, pid: str, slices: Iterable[pa.RecordBatch]) -> PartitionCommit:
+        """Process one Kafka partition's records of this batch and prepare its commit.
+
+        Opens the state at the version the plan names (local copy or restore), runs
+        :class:`PartitionRun` (the function called by one thread at a time), streams the rows
+        into the Parquet writer and prepares the state candidate for version ``batch_id`` (an
+        attempt-unique manifest), which the driver publishes in the commit record.
+
+        Parameters
+        ----------
+        pid
+            The Kafka partition's id.
+        slices
+            Its input slices, in offset order.
+
+        Returns
+        -------
+        PartitionCommit
+            Output files, state candidate, offsets, counts and the task's metrics.
+
+        Raises
+        ------
+        OrderViolationError, UserFunctionError
+            As :meth:`PartitionRun.outputs`.
+        CorruptStateError
+            The base version's state cannot be restored."""
         started = time.perf_counter()
         topic, number = split_partition_id(pid)
         base = self.plan.base(pid)

@@ -32,9 +32,40 @@ class RecordVersionIndex:
         self.manifests = dict(manifests or {})
 
     def resolve(self, partition: int, version: int) -> str | None:
+        """The manifest of a version, as the commit records named it.
+
+        Parameters
+        ----------
+        partition, version
+            The state partition (the Kafka partition number) and version (a batch id).
+
+        Returns
+        -------
+        str | None
+            The manifest path, or ``None`` for a version not handed to this index.
+
+        Runs on
+        -------
+        both"""
         return self.manifests.get((partition, version))
 
     def publish(self, candidate: CommitCandidate) -> None:
+        """Check a candidate against the known version; the driver publishes a version by
+        creating the batch's commit record, so nothing is written here.
+
+        Parameters
+        ----------
+        candidate
+            The prepared state version.
+
+        Raises
+        ------
+        CommitConflictError
+            The version is already known with another manifest.
+
+        Runs on
+        -------
+        executor"""
         known = self.manifests.get((candidate.partition, candidate.version))
         if known is not None and known != candidate.manifest_path:
             raise CommitConflictError(
@@ -42,19 +73,82 @@ class RecordVersionIndex:
                 f"already {known}; candidate {candidate.manifest_path} is refused")
 
     def versions(self, partition: int) -> list[int]:
+        """The versions of a partition this index was handed.
+
+        Parameters
+        ----------
+        partition
+            The state partition.
+
+        Returns
+        -------
+        list[int]
+            Sorted versions.
+
+        Runs on
+        -------
+        both"""
         return sorted(v for p, v in self.manifests if p == partition)
 
     def forget(self, partition: int, version: int) -> None:
-        """Retention of record-published versions is driven by the commit log."""
+        """Do nothing: retention of record-published versions is driven by the commit log.
+
+        Parameters
+        ----------
+        partition, version
+            The version the store would forget.
+
+        Runs on
+        -------
+        both"""
 
 
 def topic_location(options: OrderedOptions, topic: str) -> StateLocation:
-    """Where the state of ``topic``'s partitions lives."""
+    """Where the state of one topic's partitions lives.
+
+    Parameters
+    ----------
+    options
+        The stage's options (state location, storage options).
+    topic
+        The Kafka topic.
+
+    Returns
+    -------
+    StateLocation
+        ``<state_location>/topic=<topic>``; partition ``p``'s state is its partition ``p``.
+
+    Runs on
+    -------
+    both"""
     return StateLocation(f"{options.state_location}/topic={topic}",
                          storage_options=options.storage_options)
 
 
 def store_options(options: OrderedOptions) -> StateStoreOptions:
+    """The state store options of the stage: its ``store_options`` and the codecs of its two
+    spaces (pickled values, raw timeout index).
+
+    Parameters
+    ----------
+    options
+        The stage's options.
+
+    Returns
+    -------
+    StateStoreOptions
+        Validated options.
+
+    Raises
+    ------
+    OptionError
+        A ``store_options`` value is refused.
+    TypeError
+        A ``store_options`` name is not a ``StateStoreOptions`` field.
+
+    Runs on
+    -------
+    both"""
     return StateStoreOptions(space_codecs={STATE_SPACE: PickleCodec(),
                                            TIMEOUT_SPACE: BytesCodec()},
                              **dict(options.store_options))
@@ -95,15 +189,61 @@ def __getattr__(name: str) -> Any:
 
 def open_store(options: OrderedOptions, topic: str,
                manifests: Mapping[tuple[int, int], str] | None = None) -> Any:
-    """A ``RocksDBStateStore`` for ``topic`` whose versions come from commit records."""
+    """A ``RocksDBStateStore`` for one topic whose versions come from commit records.
+
+    Its ``cleanup`` is refused: the index knows only the versions handed to it, so generic
+    retention would delete state that retained commit records still name.
+
+    Parameters
+    ----------
+    options
+        The stage's options.
+    topic
+        The Kafka topic.
+    manifests
+        ``(partition, version) -> manifest`` the driver read from the commit records.
+
+    Returns
+    -------
+    RocksDBStateStore
+        The store (rocksdict is loaded on first use).
+
+    Runs on
+    -------
+    both"""
     return _record_store_class()(topic_location(options, topic), store_options(options),
                                  index=RecordVersionIndex(manifests))
 
 
 def open_partition(options: OrderedOptions, topic: str, partition: int, base: PartitionBase,
                    writer: str) -> tuple[Any, StatePartition]:
-    """``(store, partition)``: ``(topic, partition)`` open at the version ``base`` names (empty
-    before its first). ``store.last_restore`` tells whether the local copy was reused."""
+    """Open one Kafka partition's state, writable, at the version ``base`` names.
+
+    Parameters
+    ----------
+    options
+        The stage's options.
+    topic, partition
+        The Kafka partition.
+    base
+        The committed state to start from (empty before its first version).
+    writer
+        The writing attempt's id (names its candidate manifest).
+
+    Returns
+    -------
+    tuple[Any, StatePartition]
+        ``(store, partition)``; ``store.last_restore`` tells whether the local copy was
+        reused.
+
+    Raises
+    ------
+    CorruptStateError
+        The version's files are missing or damaged.
+
+    Runs on
+    -------
+    executor (or the driver's process in a replay)"""
     manifests = {}
     if base.version != EMPTY_VERSION and base.manifest is not None:
         manifests[(partition, base.version)] = base.manifest

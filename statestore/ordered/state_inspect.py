@@ -1,11 +1,9 @@
 """Query the ordered stage's committed state: key counts, one key's value at any committed
 version, one key's history across versions.
 
-Every batch's commit record names each Kafka partition's state version (its manifest), so
-"the state as of batch N" is exact and needs no running query. Each lookup opens the version
-as a private read-only copy (``RocksDBStateStore.open_read_only``: the version's files are
-fetched into a temp folder and removed after), the same path as ``format("rocksstate")`` and
-``OrderedStateful.read_state``; nothing is written to the state location.
+Every batch's commit record names each Kafka partition's state version, so "the state as of
+batch N" is exact and needs no running query. Each lookup opens the version as a private
+read-only copy in a temp folder; nothing is written to the state location.
 """
 
 from __future__ import annotations
@@ -40,8 +38,17 @@ class KeyVersion:
 
 
 class StateInspector:
-    """Committed state of an ordered stage: ``output`` (its table, whose commit records name
-    the state versions) and ``state`` (the state location)."""
+    """Committed state of an ordered stage. Every method runs on the driver (or any process
+    that reaches the output and state locations).
+
+    Parameters
+    ----------
+    output
+        The stage's output table, whose commit records name the state versions.
+    state
+        The stage's state location.
+    storage_options
+        fsspec options for both."""
 
     def __init__(self, *, output: str, state: str,
                  storage_options: Mapping[str, Any] | None = None) -> None:
@@ -63,11 +70,44 @@ class StateInspector:
         return record
 
     def partitions(self, batch_id: int | None = None) -> dict[str, PartitionBase]:
-        """Kafka partition -> its state version as of ``batch_id`` (default: latest)."""
+        """Kafka partition -> its state version as of a batch.
+
+        Parameters
+        ----------
+        batch_id
+            The committed batch; ``None``: the latest.
+
+        Returns
+        -------
+        dict[str, PartitionBase]
+            The carried-forward map of that batch's commit record.
+
+        Raises
+        ------
+        StateNotFoundError
+            The batch (or any batch) is not committed."""
         return bases_from_extra(self._record(batch_id).extra)
 
     def key_count(self, topic: str, partition: int, batch_id: int | None = None) -> int:
-        """Keys in the partition's state as of ``batch_id`` (counted in the state itself)."""
+        """Keys in one partition's state as of a batch (counted in the state itself).
+
+        Parameters
+        ----------
+        topic, partition
+            The Kafka partition.
+        batch_id
+            The committed batch; ``None``: the latest.
+
+        Returns
+        -------
+        int
+            The key count; 0 for a partition without state.
+
+        Raises
+        ------
+        StateNotFoundError
+            The batch is not committed, or the version is not at the state location (a wrong
+            location, or retention deleted it)."""
         base = self.partitions(batch_id).get(partition_id(topic, partition))
         if base is None or base.version == EMPTY_VERSION or base.manifest is None:
             return 0
@@ -89,7 +129,27 @@ class StateInspector:
 
     def value(self, topic: str, partition: int, key: Any,
               batch_id: int | None = None) -> KeyVersion:
-        """``key``'s state as committed by ``batch_id`` (default: latest)."""
+        """One key's state as committed by a batch.
+
+        Parameters
+        ----------
+        topic, partition
+            The Kafka partition.
+        key
+            The grouping key, as the user function gets it.
+        batch_id
+            The committed batch; ``None``: the latest.
+
+        Returns
+        -------
+        KeyVersion
+            The value and timeout, or ``exists`` False.
+
+        Raises
+        ------
+        StateNotFoundError
+            The batch is not committed, the partition has no state as of it (its partitions
+            are listed), or the version is not at the state location."""
         record = self._record(batch_id)
         bases = bases_from_extra(record.extra)
         pid = partition_id(topic, partition)
@@ -112,9 +172,29 @@ class StateInspector:
 
     def history(self, topic: str, partition: int, key: Any, *, first: int | None = None,
                 last: int | None = None) -> Iterator[KeyVersion]:
-        """``key`` at every state version of the partition committed by batches
-        ``first..last`` (default: the last ``DEFAULT_HISTORY_BATCHES`` batches), oldest
-        first; batches that did not change the partition are skipped."""
+        """One key at every state version of the partition committed by batches ``first..last``,
+        oldest first; batches that did not change the partition are skipped.
+
+        Parameters
+        ----------
+        topic, partition
+            The Kafka partition.
+        key
+            The grouping key.
+        first, last
+            The batches, inclusive; default: the last ``DEFAULT_HISTORY_BATCHES`` committed.
+
+        Returns
+        -------
+        Iterator[KeyVersion]
+            One entry per version.
+
+        Raises
+        ------
+        OptionError
+            ``first`` is after ``last``.
+        StateNotFoundError
+            A version is not at the state location (a wrong location, or retention deleted it)."""
         if first is not None and last is not None and int(first) > int(last):
             raise OptionError(f"state history: the first batch {first} is after the last "
                               f"batch {last}; give first <= last")

@@ -1,29 +1,9 @@
-"""``spark.read.format("rocksstate")`` over the ORDERED STAGE's state.
+"""``spark.read.format("rocksstate")`` over the ordered stage's state.
 
-The ordered stage publishes each Kafka partition's state version (its manifest) in the batch
-commits of its output table, not in the store's ``versions/`` index, so the plain reader
-(``orderedstream.statestore.reader``) cannot find them. With option ``table`` (the output
-table's URL: a Delta table or the pack's fenced Parquet table) this reader resolves them through
-the table's batch log, exactly like ``OrderedStateful.read_state`` and ``orderedstream state``:
-
-    spark.read.format("rocksstate")
-        .option("path", "s3://bucket/state/job")     # OrderedStateful(state_location=...)
-        .option("table", "s3://bucket/out/job")      # OrderedStateful(output=...)
-        .option("storage_options", '{"client_kwargs": {"endpoint_url": "http://..."}}')
-        .option("batchId", 41)                        # optional: as of that batch (default
-        .load()                                       # the latest committed batch)
-
-Options besides those: ``topic`` and ``partition`` (Kafka topic / partition number; default
-all) and any ``StateStoreOptions`` field (``local_dir``, ...). Without ``table`` every option
-of the plain reader works as before.
-
-Columns: ``topic``, ``partition``, ``batch_id`` (the batch whose commit named the version),
-``version``, ``space``, ``key`` (the grouping key's bytes when it is bytes or str: the Kafka
-message key; else null), ``key_str`` (the key as text: UTF-8 of bytes, the str, else JSON),
-``value`` (JSON text of the key's state, as ``orderedstream state get`` prints it),
-``expires_at_ms`` and ``timeout_ms`` (the key's pending timeout). One Spark partition per Kafka
-partition; each streams its version from a private read-only copy in Arrow batches of
-``BATCH_ROWS`` rows (bounded memory whatever the key count).
+The stage publishes each Kafka partition's state version in the batch commits of its output
+table, not in the store's ``versions/`` index, so the plain reader cannot find them; with
+option ``table`` this reader resolves them through the table's batch log. Options and
+columns: :class:`OrderedRockStateDataSource`.
 """
 
 from __future__ import annotations
@@ -66,8 +46,22 @@ _PLAIN_ONLY = {"version": "batchId (the batch whose commit names each partition'
 
 
 def json_text(value: Any) -> str:
-    """JSON text of a state value or key, as ``orderedstream state get`` prints it: bytes as
-    UTF-8 (invalid bytes escaped), dates in ISO format, anything else by ``repr``."""
+    """JSON text of a state value or key, as ``orderedstream state get`` prints it.
+
+    Parameters
+    ----------
+    value
+        A decoded value or key: bytes become UTF-8 (invalid bytes escaped), dates ISO text,
+        anything JSON cannot hold its ``repr``.
+
+    Returns
+    -------
+    str
+        Key-sorted JSON.
+
+    Runs on
+    -------
+    both"""
     def default(obj: Any) -> Any:
         if isinstance(obj, (bytes, bytearray, memoryview)):
             return bytes(obj).decode("utf-8", "backslashreplace")
@@ -78,7 +72,22 @@ def json_text(value: Any) -> str:
 
 
 def key_columns(key: Any) -> tuple[bytes | None, str | None]:
-    """``(key, key_str)`` columns of a decoded grouping key."""
+    """The ``key`` and ``key_str`` columns of a decoded grouping key.
+
+    Parameters
+    ----------
+    key
+        The key as the user function got it.
+
+    Returns
+    -------
+    tuple[bytes | None, str | None]
+        bytes: the bytes and their UTF-8 text (None when not UTF-8); str: its UTF-8 and itself;
+        else no bytes and JSON text (None for a None key).
+
+    Runs on
+    -------
+    executor"""
     if isinstance(key, bytes):
         try:
             return key, key.decode()
@@ -101,6 +110,28 @@ class OrderedReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> OrderedReadOptions:
+        """Parse the reader's Spark options when ``table`` is given.
+
+        Parameters
+        ----------
+        options
+            The options of ``spark.read.format("rocksstate")``.
+
+        Returns
+        -------
+        OrderedReadOptions
+            The table, the state's options (local copies under the temp dir unless
+            ``local_dir``), ``batchId``, ``topic`` and ``partition``.
+
+        Raises
+        ------
+        OptionError
+            What the plain reader refuses; ``version`` or ``space`` given; ``batchId`` not an
+            integer >= 0.
+
+        Runs on
+        -------
+        driver"""
         plain = RockStateReadOptions.parse(options)  # location, storage_options, partition
         opts = plain.raw
         for name, instead in _PLAIN_ONLY.items():
@@ -164,6 +195,24 @@ class OrderedStateReader(DataSourceReader):
 
     @reason_first_in_worker
     def partitions(self) -> list[InputPartition]:
+        """One input partition per Kafka partition with state as of the batch (filtered by
+        ``topic`` and ``partition``), each checked to still be at the state location.
+
+        Returns
+        -------
+        list[InputPartition]
+            The splits, by topic and partition number.
+
+        Raises
+        ------
+        StateNotFoundError
+            No batch committed, the batch not committed, no ordered-stage state in it, none for
+            the filter (the partitions it has are listed), or a version gone (a wrong ``path``,
+            or retention deleted it).
+
+        Runs on
+        -------
+        driver"""
         opts = self.options
         record = self._record()
         batch_id = int(record.batch_id)
@@ -204,7 +253,28 @@ class OrderedStateReader(DataSourceReader):
                 "keep_batches batches keep their state); read a later batchId")
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor: open the version read-only (private temp copy) and stream its keys."""
+        """Open one planned version read-only (a private temp copy) and stream its keys.
+
+        Parameters
+        ----------
+        partition
+            One of the partitions :meth:`partitions` planned.
+
+        Returns
+        -------
+        Iterator[pa.RecordBatch]
+            Rows of ``ORDERED_SCHEMA`` in batches of ``BATCH_ROWS``.
+
+        Raises
+        ------
+        InvariantError
+            ``partition`` is not one this reader planned.
+        CorruptStateError
+            The version's files are missing or damaged.
+
+        Runs on
+        -------
+        executor"""
         if not isinstance(partition, _OrderedSplit):
             raise InvariantError(f"rocksstate reader got a {type(partition).__name__} to read, "
                                  "not one of the partitions it planned")
@@ -232,13 +302,42 @@ class OrderedStateReader(DataSourceReader):
 
 class OrderedRockStateDataSource(RockStateDataSource):
     """``rocksstate``: with option ``table``, the ordered stage's state as of a committed batch
-    of that output table; without it, the plain reader (``RockStateDataSource``)."""
+    of that output table; without it, the plain reader (``RockStateDataSource``)::
+
+        spark.read.format("rocksstate")
+            .option("path", "s3://bucket/state/job")     # OrderedStateful(state_location=...)
+            .option("table", "s3://bucket/out/job")      # OrderedStateful(output=...)
+            .option("storage_options", '{"client_kwargs": {"endpoint_url": "http://..."}}')
+            .option("batchId", 41)                       # optional; default: the latest batch
+            .load()
+
+    Other options: ``topic`` and ``partition`` (default all) and any ``StateStoreOptions``
+    field. Columns: ``topic``, ``partition``, ``batch_id`` (the batch whose commit named the
+    version), ``version``, ``space``, ``key`` (the grouping key's bytes when it is bytes or
+    str, else null), ``key_str`` (UTF-8 of bytes, the str, else JSON), ``value`` (JSON text
+    of the state), ``expires_at_ms`` and ``timeout_ms``. One Spark partition per Kafka
+    partition, streamed in bounded batches whatever the key count."""
 
     def _ordered(self) -> bool:
         return any(k.lower() == "table" and v for k, v in self.options.items())
 
     @reason_first_in_worker
     def schema(self) -> StructType:
+        """The DataFrame's schema: ``ORDERED_SCHEMA`` with ``table``, else the plain reader's.
+
+        Returns
+        -------
+        StructType
+            The columns.
+
+        Raises
+        ------
+        OptionError
+            The options do not parse (checked here so that ``load()`` fails, reason first).
+
+        Runs on
+        -------
+        driver"""
         if not self._ordered():
             return super().schema()
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -248,6 +347,27 @@ class OrderedRockStateDataSource(RockStateDataSource):
 
     @reason_first_in_worker
     def reader(self, schema: StructType) -> DataSourceReader:
+        """The reader Spark plans partitions with: :class:`OrderedStateReader` with ``table``,
+        else the plain reader's.
+
+        Parameters
+        ----------
+        schema
+            The schema Spark resolved from :meth:`schema`.
+
+        Returns
+        -------
+        DataSourceReader
+            The reader.
+
+        Raises
+        ------
+        OptionError
+            The options do not parse.
+
+        Runs on
+        -------
+        driver"""
         if not self._ordered():
             return super().reader(schema)
         return OrderedStateReader(OrderedReadOptions.parse(self.options))

@@ -1,17 +1,7 @@
 """Timeout modes of ordered stateful processing, in the spirit of Spark's ``GroupStateTimeout``.
 
-- ``NoTimeout``: keys live until the user function removes them.
-- ``ProcessingTimeTimeout(default)``: a key times out once the batch's processing time (the
-  driver's clock when the batch starts) passes ``state.set_timeout_duration(...)`` + the time of
-  the call that set it. ``default`` (optional) is applied to every key the function touches
-  without setting a timeout itself.
-- ``EventTimeTimeout(delay, column)``: a key times out once its Kafka partition's watermark
-  (the largest event time seen in that partition minus ``delay``) passes the timestamp the
-  function set with ``state.set_timeout_timestamp(...)``. The watermark is per Kafka partition,
-  so it is deterministic: a replayed batch computes the same one.
-
-Durations are milliseconds (int), ``datetime.timedelta`` or strings like ``"1 hour"``,
-``"90 seconds"``, ``"15 min"``, ``"250ms"``.
+Durations are milliseconds (int), ``datetime.timedelta`` or strings such as ``"1 hour"``,
+``"90 seconds"`` or ``"15 min"``.
 """
 
 from __future__ import annotations
@@ -33,7 +23,21 @@ class NoTimeout:
 
 @dataclass(frozen=True, init=False)
 class ProcessingTimeTimeout:
-    """Timeouts against the batch's processing time (wall clock of the driver at batch start)."""
+    """Timeouts against the batch's processing time (wall clock of the driver at batch start).
+
+    A key times out once the batch's processing time passes the duration the function set
+    with ``state.set_timeout_duration(...)`` plus the processing time of the call that set it.
+
+    Parameters
+    ----------
+    default
+        Applied to every key the function touches without setting a timeout itself;
+        ``None``: no default.
+
+    Raises
+    ------
+    OptionError
+        ``default`` is not a duration."""
 
     default_ms: int | None
     kind = "processing"
@@ -47,8 +51,22 @@ class ProcessingTimeTimeout:
 class EventTimeTimeout:
     """Timeouts against a per-Kafka-partition watermark: max event time seen minus ``delay``.
 
-    ``column`` names the event-time column of the input (a Spark timestamp, or a long of epoch
-    milliseconds); Kafka's record ``timestamp`` by default.
+    A key times out once its partition's watermark passes the timestamp the function set
+    with ``state.set_timeout_timestamp(...)``. The watermark is per Kafka partition, so it is
+    deterministic: a replayed batch computes the same one.
+
+    Parameters
+    ----------
+    delay
+        How far the watermark trails the largest event time seen (a duration).
+    column
+        The input's event-time column (a Spark timestamp, or a long of epoch milliseconds);
+        Kafka's record ``timestamp`` by default.
+
+    Raises
+    ------
+    OptionError
+        ``delay`` is not a duration, or ``column`` is not a column name.
     """
 
     delay_ms: int
