@@ -57,7 +57,7 @@ class PickleCodec:
         return pickle.dumps(value, protocol=self.protocol)
 
     def decode(self, data: bytes) -> Any:
-        """The unpickled value (``pickle.loads``: only for state this job's code wrote).
+        """The unpickled value (``pickle.loads``: never for bytes from an untrusted source).
 
         Parameters
         ----------
