@@ -1,20 +1,8 @@
 """The state store contract: what a store, a partition and a commit look like to callers.
 
-A *store* is one state location (an fsspec URL) split into numbered *partitions*; each
-partition holds key/value *spaces* (RocksDB column families) and is versioned by the
-micro-batch id. The life of one batch on one partition::
-
-    part = store.open(partition, version=N - 1)   # EMPTY_VERSION (-1) before the first batch
-    part.put(b"k", {"count": 1})                   # get / put / delete / scans ...
-    candidate = part.prepare_commit(N)             # upload new files + a candidate manifest
-    store.publish(candidate)                       # make it version N (exclusive; zombies lose)
-    part.close()
-
-``part.commit(N)`` does prepare + publish with the store's ``VersionIndex``. Nothing a
-partition writes is visible to anyone until the version is published; a candidate that is never
-published is garbage, collected by retention.
-
-This module has no RocksDB in it: ``orderedstream.statestore.rocksdb`` implements it.
+A store is one state location split into numbered partitions of key/value spaces, versioned
+by micro-batch id: ``store.open(p, N - 1)``, reads and writes, ``part.commit(N)`` (prepare +
+publish), ``close()``. Nothing is visible until published. ``statestore.rocksdb`` implements it.
 """
 
 from __future__ import annotations
@@ -39,18 +27,34 @@ Key = bytes | str
 class Codec(Protocol):
     """Turns values into bytes and back. Must be picklable (it travels to executors).
 
-    ``spec()`` is a JSON-able description stored in every manifest, so a reader that never
-    saw the writer's code (``spark.read.format("rocksstate")``) can rebuild the codec with
-    ``orderedstream.statestore.codecs.codec_from_spec``.
+    Every manifest stores its ``spec()``, so a reader that never saw the writer's code
+    (``spark.read.format("rocksstate")``) rebuilds it with ``codecs.codec_from_spec``.
+
+    Runs on
+    -------
+    both (encode and decode where the partition is open; spec where a manifest is written)
     """
 
     name: str
 
-    def encode(self, value: Any) -> bytes: ...
+    def encode(self, value: Any) -> bytes:
+        """The stored bytes of ``value``.
 
-    def decode(self, data: bytes) -> Any: ...
+        Parameters
+        ----------
+        value
+            A value of a kind the codec stores (else ``StateValueError``)."""
 
-    def spec(self) -> dict[str, Any]: ...
+    def decode(self, data: bytes) -> Any:
+        """The value ``encode`` turned into ``data``.
+
+        Parameters
+        ----------
+        data
+            Bytes written by ``encode`` of an equal codec."""
+
+    def spec(self) -> dict[str, Any]:
+        """A JSON-able description, enough for ``codec_from_spec`` to rebuild the codec."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,10 +82,10 @@ class CommitMetrics:
     """Prepare (+ publish, when done through ``commit``) wall time."""
     manifest_path: str
     changelog: bool = False
-    """True when only this version's write log was uploaded (changelog mode between full
-    checkpoints); ``checkpoint_seconds`` is then the local flush."""
+    """Only this version's write log was uploaded (``checkpoint_seconds``: the local flush)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (JSON-able), for logs and metrics."""
         return asdict(self)
 
 
@@ -100,6 +104,7 @@ class RestoreMetrics:
     kept_open: bool = False
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (JSON-able), for logs and metrics."""
         return asdict(self)
 
 
@@ -107,9 +112,8 @@ class RestoreMetrics:
 class CommitCandidate:
     """A prepared, not yet published, version of one partition. Small and picklable.
 
-    Executors return it to the driver (e.g. inside a Spark commit message); publishing it
-    (``VersionIndex.publish``) is what makes ``version`` exist. ``manifest_path`` is a full
-    fsspec URL, unique to the attempt that wrote it.
+    Executors return it to the driver (e.g. in a Spark commit message); publishing it makes
+    ``version`` exist. ``manifest_path`` is a full fsspec URL, unique to the attempt.
     """
 
     location_url: str
@@ -120,11 +124,18 @@ class CommitCandidate:
     metrics: CommitMetrics
 
     def to_json(self) -> str:
+        """The candidate as JSON text (metrics included); ``from_json`` reads it back."""
         data = asdict(self)
         return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> CommitCandidate:
+        """The candidate ``to_json`` wrote.
+
+        Parameters
+        ----------
+        text
+            JSON text from ``to_json`` (else ``ValueError``, ``KeyError`` or ``TypeError``)."""
         data = json.loads(text)
         data["metrics"] = CommitMetrics(**data["metrics"])
         return cls(**data)
@@ -134,28 +145,47 @@ class CommitCandidate:
 class VersionIndex(Protocol):
     """Which candidate manifest *is* version N of partition P. Pluggable.
 
-    The default (``orderedstream.statestore.index.PointerVersionIndex``) keeps one pointer object
-    per (partition, version), created exclusively. The ordered stage supplies an index backed by
-    the sink's batch commit record instead, where ``publish`` may be a no-op because the driver
-    publishes by writing the record. Implementations must be picklable.
+    The default (``index.PointerVersionIndex``) creates one pointer object per (partition,
+    version) exclusively; the ordered stage's index is the sink's batch commit record, whose
+    ``publish`` may be a no-op (the driver writes the record). Must be picklable.
+
+    Runs on
+    -------
+    both (resolve on executors at open; publish, versions and forget on the driver too)
     """
 
     def resolve(self, partition: int, version: int) -> str | None:
-        """The manifest URL published as ``version`` of ``partition``, or None if unpublished."""
-        ...
+        """The manifest URL published as ``version`` of ``partition``, or None if unpublished.
+
+        Parameters
+        ----------
+        partition, version
+            Which published version to look up."""
 
     def publish(self, candidate: CommitCandidate) -> None:
-        """Make ``candidate`` the version. Raises ``CommitConflictError`` if another candidate
-        was published for that (partition, version) first (a zombie attempt loses)."""
-        ...
+        """Make ``candidate`` the version of its (partition, version).
+
+        Parameters
+        ----------
+        candidate
+            A prepared candidate (``StatePartition.prepare_commit``); ``CommitConflictError``
+            if another was published for that (partition, version) first (a zombie loses)."""
 
     def versions(self, partition: int) -> list[int]:
-        """Published versions of ``partition``, ascending (used by retention and ``latest``)."""
-        ...
+        """Published versions of ``partition``, ascending (used by retention and ``latest``).
+
+        Parameters
+        ----------
+        partition
+            The partition whose versions to list."""
 
     def forget(self, partition: int, version: int) -> None:
-        """Drop the record of ``version`` (retention). May be a no-op for external indexes."""
-        ...
+        """Drop the record of ``version`` (retention). May be a no-op for external indexes.
+
+        Parameters
+        ----------
+        partition, version
+            The published version to forget."""
 
 
 class StatePartition(abc.ABC):
@@ -163,46 +193,89 @@ class StatePartition(abc.ABC):
 
     Owned by one thread of one process (the local copy is locked). Also the transaction:
     writes go straight to the local RocksDB copy (WAL off); ``prepare_commit`` snapshots it;
-    a partition closed without commit leaves its local copy dirty and the next ``open``
-    restores the wanted version from storage. Use it as a context manager to always close.
+    closed without commit, the local copy is dirty and the next ``open`` restores from storage.
+    A context manager. ``key``: bytes or a str (stored as UTF-8); ``space``: a state space.
+
+    Runs on
+    -------
+    executor (the task that opened it); driver for read-only views and tests
     """
 
     partition: int
     base_version: int
     """The version this partition was opened at (or last committed)."""
 
-    # ---- reads ---------------------------------------------------------------------------
     @abc.abstractmethod
     def get(self, key: Key, default: Any = None, *, space: str = DEFAULT_SPACE) -> Any:
         """The decoded value of ``key``, or ``default`` if absent. A key with a TTL stays
-        readable until ``expire`` removes it (so replays with event time are deterministic)."""
+        readable until ``expire`` removes it (deterministic replays).
+
+        Parameters
+        ----------
+        key, space
+            The key to read, and its space.
+        default
+            What to return when ``key`` holds no value."""
 
     def get_for_update(self, key: Key, default: Any = None, *,
                        space: str = DEFAULT_SPACE) -> Any:
-        """``get`` for a key the caller will write back later (e.g. in a ``put_many``):
-        a store may remember what the read found so that write costs no second read."""
+        """``get`` for a key the caller writes back later: the write may skip a second read.
+
+        Parameters
+        ----------
+        key, default, space
+            As in ``get``."""
         return self.get(key, default, space=space)
 
     @abc.abstractmethod
     def contains(self, key: Key, *, space: str = DEFAULT_SPACE) -> bool:
-        """Whether ``key`` holds a value."""
+        """Whether ``key`` holds a value.
+
+        Parameters
+        ----------
+        key, space
+            The key to look up, and its space."""
 
     @abc.abstractmethod
     def multi_get(self, keys: Sequence[Key], default: Any = None, *,
                   space: str = DEFAULT_SPACE) -> list[Any]:
-        """Values of ``keys`` in order (one RocksDB MultiGet), ``default`` for missing ones."""
+        """Values of ``keys`` in order (one RocksDB MultiGet), ``default`` for missing ones.
+
+        Parameters
+        ----------
+        keys
+            The keys to read, in the order of the result.
+        default, space
+            As in ``get``."""
 
     @abc.abstractmethod
     def range(self, start: Key | None = None, end: Key | None = None, *,
               space: str = DEFAULT_SPACE, reverse: bool = False) -> Iterator[tuple[bytes, Any]]:
-        """``(key, value)`` pairs with ``start <= key < end`` in byte order (streamed)."""
+        """``(key, value)`` pairs with ``start <= key < end`` in byte order (streamed).
+
+        Parameters
+        ----------
+        start, end
+            The bounds (inclusive, exclusive); None leaves that side open.
+        space, reverse
+            The space to scan; descending key order when ``reverse``."""
 
     @abc.abstractmethod
     def prefix(self, prefix: Key, *, space: str = DEFAULT_SPACE) -> Iterator[tuple[bytes, Any]]:
-        """``(key, value)`` pairs whose key starts with ``prefix``, in byte order."""
+        """``(key, value)`` pairs whose key starts with ``prefix``, in byte order.
+
+        Parameters
+        ----------
+        prefix, space
+            The key prefix to scan, and its space."""
 
     def items(self, *, space: str = DEFAULT_SPACE) -> Iterator[tuple[bytes, Any]]:
-        """All pairs of ``space`` in key order."""
+        """All pairs of ``space`` in key order.
+
+        Parameters
+        ----------
+        space
+            The space to scan."""
         return self.range(space=space)
 
     @abc.abstractmethod
@@ -211,47 +284,86 @@ class StatePartition(abc.ABC):
 
     @abc.abstractmethod
     def num_keys(self, *, space: str | None = None) -> int:
-        """Number of stored keys (all user spaces when ``space`` is None); exact unless the
-        store runs with ``exact_key_count=False`` (then RocksDB's estimate)."""
+        """Number of stored keys (RocksDB's estimate under ``exact_key_count=False``).
 
-    # ---- writes --------------------------------------------------------------------------
+        Parameters
+        ----------
+        space
+            The space to count, or None for all user spaces."""
+
     @abc.abstractmethod
     def put(self, key: Key, value: Any, *, space: str = DEFAULT_SPACE,
             ttl_ms: int | None = None, now_ms: int | None = None) -> None:
-        """Store ``value``. With ``ttl_ms`` the key expires at ``now_ms + ttl_ms`` (``now_ms``
-        defaults to the wall clock; pass event time for deterministic replays). A put without
-        ttl clears any earlier expiry. A store may buffer blind puts and write them in
-        batches; every read, delete and commit of the partition sees them."""
+        """Store ``value``. A store may buffer blind puts and write them in batches; every
+        read, delete and commit of the partition sees them.
+
+        Parameters
+        ----------
+        key, value, space
+            Where to store what; the space's codec encodes ``value`` (or raises
+            ``StateValueError``).
+        ttl_ms, now_ms
+            The key expires at ``now_ms + ttl_ms`` (``now_ms`` defaults to the wall clock;
+            pass event time for deterministic replays). No ttl clears an earlier expiry."""
 
     @abc.abstractmethod
     def delete(self, key: Key, *, space: str = DEFAULT_SPACE) -> None:
-        """Remove ``key`` (no error if absent)."""
+        """Remove ``key`` (no error if absent).
+
+        Parameters
+        ----------
+        key, space
+            The key to remove, and its space."""
 
     @abc.abstractmethod
     def put_many(self, items: Iterable[tuple[Key, Any]], *, space: str = DEFAULT_SPACE,
                  ttl_ms: int | None = None, now_ms: int | None = None) -> None:
-        """Store many pairs through one RocksDB WriteBatch (in bounded chunks)."""
+        """Store many pairs through one RocksDB WriteBatch (in bounded chunks).
+
+        Parameters
+        ----------
+        items
+            ``(key, value)`` pairs.
+        space, ttl_ms, now_ms
+            As in ``put``, for every pair (``StateValueError`` for a value the codec
+            refuses)."""
 
     @abc.abstractmethod
     def expire(self, now_ms: int | None = None, *,
                limit: int | None = None) -> Iterator[tuple[str, bytes, Any]]:
         """Delete keys whose expiry is ``<= now_ms`` and yield ``(space, key, last_value)``.
+        Scans only the expiry index (cost proportional to the expired keys); a yielded key is
+        deleted as the iterator advances: exhaust it before committing.
 
-        Only the expiry index is scanned, so the cost is proportional to the expired keys.
-        The deletion of a yielded key happens as the iterator advances; exhaust it (or pass
-        ``limit``) before committing."""
+        Parameters
+        ----------
+        now_ms
+            The clock in milliseconds (default: the wall clock).
+        limit
+            Stop after this many keys (None: all that are due)."""
 
-    # ---- versions ------------------------------------------------------------------------
     @abc.abstractmethod
     def prepare_commit(self, version: int, *, writer: str | None = None) -> CommitCandidate:
-        """Snapshot the state as a candidate for ``version`` (> ``base_version``): upload new
-        SST files and an attempt-unique manifest. Nothing is visible until published.
-        ``writer`` (e.g. the Spark task attempt) is recorded in the manifest."""
+        """Snapshot the state as a candidate for ``version`` (returned): upload new SST files
+        and an attempt-unique manifest. Nothing is visible until published.
+
+        Parameters
+        ----------
+        version
+            The version to prepare (> ``base_version``).
+        writer
+            Who prepares it (e.g. the Spark task attempt), recorded in the manifest."""
 
     @abc.abstractmethod
     def commit(self, version: int, *, writer: str | None = None) -> CommitMetrics:
         """``prepare_commit`` + publish through the store's index. Afterwards the partition
-        stays open at ``version`` (``base_version == version``) for the next batch."""
+        stays open at ``version`` (``base_version == version``) for the next batch.
+
+        Parameters
+        ----------
+        version, writer
+            As in ``prepare_commit``; ``CommitConflictError`` if another attempt published
+            ``version`` first."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -265,26 +377,55 @@ class StatePartition(abc.ABC):
 
 
 class StateStoreBase(abc.ABC):
-    """All partitions of one state location. Picklable: ship it to executors and ``open``."""
+    """All partitions of one state location. Picklable: ship it to executors and ``open``.
+
+    Runs on
+    -------
+    both (open on executors; publish, latest_version, partitions and cleanup on the driver)
+    """
 
     @abc.abstractmethod
     def open(self, partition: int, version: int, *, writer: str | None = None) -> StatePartition:
         """Lock the local copy of ``partition`` and bring it to ``version`` (reuse it when it is
-        already there, else download only the missing files). ``EMPTY_VERSION`` opens empty.
-        Raises ``StateNotFoundError`` when ``version`` was never published."""
+        already there, else download only the missing files).
+
+        Parameters
+        ----------
+        partition, version
+            What to open (``EMPTY_VERSION`` opens empty); ``StateNotFoundError`` if
+            ``version`` was never published.
+        writer
+            Who opens it (recorded by the commits it makes)."""
 
     @abc.abstractmethod
     def open_read_only(self, partition: int, version: int | None = None) -> StatePartition:
-        """A read-only view of a committed version (latest when None) in a private temp copy;
-        no lock on the writer's local copy is taken, so it works beside a running query."""
+        """A read-only view of a committed version in a private temp copy; no lock on the
+        writer's local copy is taken, so it works beside a running query.
+
+        Parameters
+        ----------
+        partition, version
+            What to open (``version`` None: the latest); ``StateNotFoundError`` if
+            ``version`` was never published."""
 
     @abc.abstractmethod
     def publish(self, candidate: CommitCandidate) -> None:
-        """Publish a candidate through the store's ``VersionIndex``."""
+        """Publish a candidate through the store's ``VersionIndex``.
+
+        Parameters
+        ----------
+        candidate
+            From ``StatePartition.prepare_commit``; ``CommitConflictError`` if another
+            candidate was published for that version first."""
 
     @abc.abstractmethod
     def latest_version(self, partition: int) -> int:
-        """The newest published version of ``partition``, or ``EMPTY_VERSION``."""
+        """The newest published version of ``partition``, or ``EMPTY_VERSION``.
+
+        Parameters
+        ----------
+        partition
+            The partition to look up."""
 
     @abc.abstractmethod
     def partitions(self) -> list[int]:
@@ -292,20 +433,18 @@ class StateStoreBase(abc.ABC):
 
     @abc.abstractmethod
     def cleanup(self, partition: int, *, keep_last: int | None = None) -> Mapping[str, int]:
-        """Retention: keep the last ``keep_last`` versions (default from options); delete
-        manifests and files no retained version references, including orphans of crashed
-        attempts for versions already decided. Returns counts of what was deleted."""
+        """Retention: delete manifests and files no retained version references, including
+        orphans of crashed attempts for versions already decided; counts of what went.
+
+        Parameters
+        ----------
+        partition
+            The partition to clean.
+        keep_last
+            Versions to keep (None: the store's option)."""
 
 
 __all__ = [
-    "DEFAULT_SPACE",
-    "EMPTY_VERSION",
-    "Codec",
-    "CommitCandidate",
-    "CommitMetrics",
-    "Key",
-    "RestoreMetrics",
-    "StatePartition",
-    "StateStoreBase",
-    "VersionIndex",
+    "DEFAULT_SPACE", "EMPTY_VERSION", "Codec", "CommitCandidate", "CommitMetrics", "Key",
+    "RestoreMetrics", "StatePartition", "StateStoreBase", "VersionIndex",
 ]

@@ -31,9 +31,9 @@ class PickleCodec:
         self.protocol = pickle.DEFAULT_PROTOCOL if protocol is None else protocol
         """Fixed at construction (the fast encoder below is bound to it)."""
         # C callables in place of the methods below: no Python frame per value, which was
-        # most of the store's per-call overhead over plain rocksdict (put 0.89x -> ~0.99x).
-        # With the default protocol, ``pickle.dumps`` itself: a partial passing protocol= as a
-        # keyword costs 0.13 us more per value. Subclasses that override a method keep it.
+        # most of the store's per-call overhead over plain rocksdict. With the default
+        # protocol, ``pickle.dumps`` itself (cheaper than a partial passing protocol=).
+        # Subclasses that override a method keep it.
         if type(self).encode is PickleCodec.encode:
             fast_encode: Callable[[Any], bytes] = (
                 pickle.dumps if self.protocol == pickle.DEFAULT_PROTOCOL
@@ -44,12 +44,33 @@ class PickleCodec:
             self.decode = fast_decode  # type: ignore[method-assign, assignment]
 
     def encode(self, value: Any) -> bytes:
+        """The pickle of ``value`` (``self.protocol``).
+
+        Parameters
+        ----------
+        value
+            Any picklable value (else pickle's ``PicklingError`` or ``TypeError``).
+
+        Runs on
+        -------
+        both (where a partition is open)"""
         return pickle.dumps(value, protocol=self.protocol)
 
     def decode(self, data: bytes) -> Any:
+        """The unpickled value (``pickle.loads``: never for bytes from an untrusted source).
+
+        Parameters
+        ----------
+        data
+            Bytes this codec's ``encode`` wrote.
+
+        Runs on
+        -------
+        both (where a partition is open or state is read)"""
         return pickle.loads(data)
 
     def spec(self) -> dict[str, Any]:
+        """``{"name": ...}``, as stored in manifests for ``codec_from_spec``."""
         return {"name": self.name}
 
 
@@ -59,6 +80,21 @@ class BytesCodec:
     name = "bytes"
 
     def encode(self, value: Any) -> bytes:
+        """``value`` itself when it is ``bytes``, else a copy as ``bytes``.
+
+        Parameters
+        ----------
+        value
+            The value to store.
+
+        Raises
+        ------
+        StateValueError
+            ``value`` is not bytes, bytearray or memoryview.
+
+        Runs on
+        -------
+        both (where a partition is open)"""
         if type(value) is bytes:  # immutable already: no copy
             return value
         if not isinstance(value, (bytes, bytearray, memoryview)):
@@ -66,9 +102,20 @@ class BytesCodec:
         return bytes(value)
 
     def decode(self, data: bytes) -> Any:
+        """``data`` unchanged.
+
+        Parameters
+        ----------
+        data
+            Bytes this codec's ``encode`` wrote.
+
+        Runs on
+        -------
+        both (where a partition is open or state is read)"""
         return data
 
     def spec(self) -> dict[str, Any]:
+        """``{"name": ...}``, as stored in manifests for ``codec_from_spec``."""
         return {"name": self.name}
 
 
@@ -78,12 +125,33 @@ class JsonCodec:
     name = "json"
 
     def encode(self, value: Any) -> bytes:
+        """Compact JSON of ``value``, UTF-8.
+
+        Parameters
+        ----------
+        value
+            A JSON-able value (else ``TypeError`` or ``ValueError`` from ``json.dumps``).
+
+        Runs on
+        -------
+        both (where a partition is open)"""
         return json.dumps(value, separators=(",", ":")).encode()
 
     def decode(self, data: bytes) -> Any:
+        """The value parsed from JSON ``data``.
+
+        Parameters
+        ----------
+        data
+            Bytes this codec's ``encode`` wrote.
+
+        Runs on
+        -------
+        both (where a partition is open or state is read)"""
         return json.loads(data)
 
     def spec(self) -> dict[str, Any]:
+        """``{"name": ...}``, as stored in manifests for ``codec_from_spec``."""
         return {"name": self.name}
 
 
@@ -105,6 +173,21 @@ class SchemaCodec:
         self._name_set = frozenset(self._names)
 
     def encode(self, value: Any) -> bytes:
+        """The pickled tuple of ``value``'s fields in schema order (missing ones None).
+
+        Parameters
+        ----------
+        value
+            A mapping of schema field names to values.
+
+        Raises
+        ------
+        StateValueError
+            ``value`` is not a mapping, or has a field the schema does not.
+
+        Runs on
+        -------
+        both (where a partition is open)"""
         if not isinstance(value, Mapping):
             raise StateValueError(f"SchemaCodec values are mappings with fields "
                                   f"{list(self._names)}, got {type(value).__name__}")
@@ -115,9 +198,21 @@ class SchemaCodec:
         return pickle.dumps(tuple(value.get(n) for n in self._names), protocol=5)
 
     def decode(self, data: bytes) -> Any:
+        """The dict of field name to value that ``encode`` stored.
+
+        Parameters
+        ----------
+        data
+            Bytes this codec's ``encode`` wrote.
+
+        Runs on
+        -------
+        both (where a partition is open or state is read)"""
         return dict(zip(self._names, pickle.loads(data), strict=True))
 
     def spec(self) -> dict[str, Any]:
+        """``{"name": ..., "schema": ...}`` (the schema IPC-serialized, base64), as stored in
+        manifests for ``codec_from_spec``."""
         return {"name": self.name,
                 "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode()}
 
@@ -133,7 +228,26 @@ _SIMPLE: dict[str, Callable[[], Codec]] = {"pickle": PickleCodec, "bytes": Bytes
 
 
 def codec_from_spec(spec: Mapping[str, Any]) -> Codec:
-    """Rebuild a codec from its ``spec()`` (as stored in a manifest)."""
+    """Rebuild a codec from its ``spec()`` (as stored in a manifest).
+
+    Parameters
+    ----------
+    spec
+        A codec's ``spec()``: ``name`` and, for ``schema``, the serialized schema.
+
+    Returns
+    -------
+    Codec
+        A new codec equal to the one that wrote the spec.
+
+    Raises
+    ------
+    OptionError
+        The spec names no codec this module knows.
+
+    Runs on
+    -------
+    both (wherever a manifest is read)"""
     name = spec.get("name")
     if name in _SIMPLE:
         return _SIMPLE[name]()
@@ -144,7 +258,26 @@ def codec_from_spec(spec: Mapping[str, Any]) -> Codec:
 
 
 def codec_by_name(name: str) -> Codec:
-    """A parameterless codec by name (``pickle``, ``bytes``, ``json``)."""
+    """A parameterless codec by name (``pickle``, ``bytes``, ``json``).
+
+    Parameters
+    ----------
+    name
+        The codec's name, as in a state option.
+
+    Returns
+    -------
+    Codec
+        A new codec of that kind.
+
+    Raises
+    ------
+    OptionError
+        ``name`` is not one of those three (a schema codec needs its schema).
+
+    Runs on
+    -------
+    both (wherever string options are parsed, ``StateStoreOptions.from_strings``)"""
     if name not in _SIMPLE:
         raise OptionError(f"unknown state codec {name!r}; accepted: {sorted(_SIMPLE)} "
                           "(the schema codec needs a pyarrow schema: SchemaCodec(schema))")

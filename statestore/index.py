@@ -43,6 +43,22 @@ class PointerVersionIndex:
         return f"{root}/{StateLocation.partition_dir(partition)}/{POINTER_DIR}/{version}.json"
 
     def resolve(self, partition: int, version: int) -> str | None:
+        """The manifest path in the pointer of ``version`` of ``partition``, or None if no
+        pointer exists (listing caches are dropped first, so a fresh pointer is seen).
+
+        Parameters
+        ----------
+        partition, version
+            Which published version to look up.
+
+        Raises
+        ------
+        CorruptStateError
+            The pointer exists but does not hold ``{"manifest": <path>}``.
+
+        Runs on
+        -------
+        both (executors at open, the driver in retention and readers)"""
         fs, _ = self._filesystem()
         path = self._pointer(partition, version)
         try:
@@ -57,6 +73,22 @@ class PointerVersionIndex:
                                     "hold {'manifest': <path>}") from exc
 
     def publish(self, candidate: CommitCandidate) -> None:
+        """Create the pointer of ``candidate``'s (partition, version) exclusively. A retry
+        whose earlier attempt already created the same pointer succeeds.
+
+        Parameters
+        ----------
+        candidate
+            The prepared candidate to publish.
+
+        Raises
+        ------
+        CommitConflictError
+            Another attempt's manifest holds that version; reopen at it to continue.
+
+        Runs on
+        -------
+        both (the committing task, or the driver)"""
         fs, _ = self._filesystem()
         path = self._pointer(candidate.partition, candidate.version)
         body = json.dumps({"partition": candidate.partition, "version": candidate.version,
@@ -74,6 +106,16 @@ class PointerVersionIndex:
             f"version {candidate.version} to continue from the committed state.")
 
     def versions(self, partition: int) -> list[int]:
+        """Versions with a pointer under ``partition``'s directory, ascending (none: ``[]``).
+
+        Parameters
+        ----------
+        partition
+            The partition whose versions to list.
+
+        Runs on
+        -------
+        both"""
         fs, root = self._filesystem()
         directory = f"{root}/{StateLocation.partition_dir(partition)}/{POINTER_DIR}"
         fs.invalidate_cache(directory)
@@ -89,6 +131,16 @@ class PointerVersionIndex:
         return sorted(out)
 
     def forget(self, partition: int, version: int) -> None:
+        """Delete the pointer of ``version`` (no error if it is already gone).
+
+        Parameters
+        ----------
+        partition, version
+            The published version to forget.
+
+        Runs on
+        -------
+        driver (retention)"""
         fs, _ = self._filesystem()
         try:
             fs.rm_file(self._pointer(partition, version))

@@ -18,6 +18,8 @@ from orderedstream.statestore.snapshot import sha256_file, transfer
 
 @dataclass
 class FetchResult:
+    """What ``fetch`` did: files downloaded, files already in the cache, bytes downloaded."""
+
     files_downloaded: int
     files_reused: int
     bytes_downloaded: int
@@ -26,7 +28,21 @@ class FetchResult:
 def cache_name(entry: FileEntry) -> str:
     """The local cache file name of an uploaded file (its remote name), or of a changelog
     inlined in its manifest (named by its checksum: the same log in every manifest of the
-    chain is one cache file)."""
+    chain is one cache file).
+
+    Parameters
+    ----------
+    entry
+        A manifest's file entry, uploaded or an inlined changelog.
+
+    Raises
+    ------
+    InvariantError
+        ``entry`` is another inlined file: it never goes to the cache.
+
+    Runs on
+    -------
+    both (where a version is restored: executors, and the driver for read-only views)"""
     if entry.remote is not None:
         return entry.remote.rsplit("/", 1)[-1]
     if entry.inline is not None and entry.name.startswith("changelog-"):
@@ -37,7 +53,41 @@ def cache_name(entry: FileEntry) -> str:
 
 def fetch(fs: Any, root: str, manifest: Manifest, cache_dir: str, *, location_url: str,
           verify_local: bool = False, batch_size: int = 8) -> FetchResult:
-    """Make every remote file of ``manifest`` present and verified in ``cache_dir``."""
+    """Make every remote file of ``manifest`` present and verified in ``cache_dir``.
+
+    A cached file of the right size is reused; the rest are downloaded under temporary names,
+    checked (size and sha256) and renamed into place. Inlined changelogs are written to the
+    cache too, checked the same way.
+
+    Parameters
+    ----------
+    fs, root
+        The state location's filesystem and root path.
+    manifest
+        The version to fetch.
+    cache_dir
+        The local file cache (created if missing).
+    location_url
+        The location as errors name it.
+    verify_local
+        Also check the sha256 of files already in the cache.
+    batch_size
+        Concurrent downloads.
+
+    Returns
+    -------
+    FetchResult
+        What was downloaded and what was reused.
+
+    Raises
+    ------
+    CorruptStateError
+        A file is missing at the location, or a downloaded or inlined file does not match
+        its entry.
+
+    Runs on
+    -------
+    both (executors at open, the driver for read-only views)"""
     os.makedirs(cache_dir, exist_ok=True)
     missing: list[FileEntry] = []
     reused = 0
@@ -113,7 +163,31 @@ def _drop(paths: Iterable[str]) -> None:
 
 
 def assemble(manifest: Manifest, cache_dir: str, db_dir: str, *, location_url: str) -> None:
-    """Build a RocksDB directory for ``manifest`` (SSTs hard-linked from the cache)."""
+    """Build a RocksDB directory for ``manifest`` (SSTs hard-linked from the cache).
+
+    Inlined files are written out, other non-SST files copied (RocksDB may append to them).
+
+    Parameters
+    ----------
+    manifest
+        The version to assemble; ``fetch`` has filled ``cache_dir`` for it.
+    cache_dir
+        The local file cache.
+    db_dir
+        The directory to create (it must not exist).
+    location_url
+        The location as errors name it.
+
+    Raises
+    ------
+    CorruptStateError
+        An inlined file's size is not its entry's.
+    FileExistsError
+        ``db_dir`` exists already.
+
+    Runs on
+    -------
+    both (executors at open, the driver for read-only views)"""
     os.makedirs(db_dir)
     for entry in manifest.files:
         target = os.path.join(db_dir, entry.name)

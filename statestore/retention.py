@@ -31,7 +31,16 @@ def _version_of(name: str) -> int | None:
 
 def artifact_of(rel: str) -> tuple[str, int] | None:
     """``(kind, version)`` of a partition artifact path ``.../p=<P>/<manifests|sst>/<v>-...``
-    (kind ``"manifests"`` or ``"files"``); None for anything else (pointers, foreign files)."""
+    (kind ``"manifests"`` or ``"files"``); None for anything else (pointers, foreign files).
+
+    Parameters
+    ----------
+    rel
+        A path relative to the state location (or any path ending in that shape).
+
+    Runs on
+    -------
+    driver (retention)"""
     parts = rel.rsplit("/", 3)
     if len(parts) < 3:
         return None
@@ -47,7 +56,20 @@ def unreferenced(rels: Iterable[str], keep: set[str], latest: int,
                  ) -> tuple[list[str], dict[str, int]]:
     """Artifacts among ``rels`` (location-relative paths) that may be deleted: not in ``keep``
     and of a version ``<= latest``. Returns them and counts ``{"manifests", "files",
-    "in_flight"}`` (``in_flight``: artifacts of versions > latest, left alone)."""
+    "in_flight"}`` (``in_flight``: artifacts of versions > latest, left alone).
+
+    Parameters
+    ----------
+    rels
+        Location-relative paths listed under the partition directories.
+    keep
+        Paths a retained version references.
+    latest
+        The newest decided version; anything newer may belong to a running attempt.
+
+    Runs on
+    -------
+    driver (retention)"""
     doomed: list[str] = []
     counts = {"manifests": 0, "files": 0, "in_flight": 0}
     for rel in rels:
@@ -69,6 +91,17 @@ def drop_listings(fs: Any, root: str) -> None:
     fsspec filesystems are shared per process (instance cache) and s3fs answers ``info`` /
     ``cat_file`` from a cached listing of the parent directory: a listing left behind by
     retention would make a manifest created later (by an executor, a new batch) look missing.
+
+    Parameters
+    ----------
+    fs
+        The fsspec filesystem (one without a ``dircache`` is left alone).
+    root
+        The path whose cached listings to drop, with everything under it.
+
+    Runs on
+    -------
+    driver (retention)
     """
     cache = getattr(fs, "dircache", None)
     if cache is None:
@@ -91,7 +124,31 @@ def _list(fs: Any, path: str) -> list[str]:
 
 def cleanup_partition(fs: Any, root: str, index: VersionIndex, partition: int,
                       keep_last: int) -> dict[str, int]:
-    """Apply retention to one partition; returns counts of deleted versions/manifests/files."""
+    """Apply retention to one partition; returns counts of deleted versions/manifests/files.
+
+    Version records older than the last ``keep_last`` are forgotten first (a reader never
+    finds a record whose files are gone), then unreferenced artifacts of decided versions
+    are deleted.
+
+    Parameters
+    ----------
+    fs, root
+        The state location's filesystem and root path.
+    index
+        Where versions are published.
+    partition
+        The partition to clean.
+    keep_last
+        Published versions to keep (at least 1).
+
+    Raises
+    ------
+    OptionError
+        ``keep_last`` is below 1.
+
+    Runs on
+    -------
+    driver (``StateStore.cleanup``)"""
     if keep_last < 1:
         raise OptionError(f"keep_last={keep_last}: at least 1 version must be kept")
     published = index.versions(partition)

@@ -23,6 +23,21 @@ INLINE_LIMIT = 1 << 20
 
 
 def sha256_file(path: str) -> str:
+    """The SHA-256 of a local file's content, as hex.
+
+    Parameters
+    ----------
+    path
+        The local file.
+
+    Raises
+    ------
+    OSError
+        The file cannot be read.
+
+    Runs on
+    -------
+    executor (where a partition commits or restores)"""
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
@@ -30,7 +45,28 @@ def sha256_file(path: str) -> str:
 def transfer(fs: Any, method: str, sources: list[str], targets: list[str],
              batch_size: int) -> None:
     """``fs.put``/``fs.get`` of many files; concurrent on async filesystems (s3fs). Puts to
-    S3 go through obstore where the filesystem's settings allow (``core.objectstore``)."""
+    S3 go through obstore where the filesystem's settings allow (``core.objectstore``).
+
+    Parameters
+    ----------
+    fs
+        The fsspec filesystem of the state location.
+    method
+        ``"put"`` (local to remote) or ``"get"`` (remote to local).
+    sources, targets
+        Paths to copy from and to, pairwise (equal lengths).
+    batch_size
+        How many copies run at once where they run concurrently.
+
+    Raises
+    ------
+    OSError
+        A copy failed (``FileNotFoundError`` for a missing source); the filesystem's own
+        error types pass through.
+
+    Runs on
+    -------
+    executor (commits upload, restores download)"""
     if method == "put" and targets and objectstore.native(fs, targets[0]):
         if len(sources) == 1:
             objectstore.put(fs, targets[0], sources[0])
@@ -51,6 +87,9 @@ def transfer(fs: Any, method: str, sources: list[str], targets: list[str],
 
 @dataclass
 class UploadResult:
+    """What ``upload_checkpoint`` described and uploaded: the manifest's file entries, the
+    files this call uploaded, and counts of files uploaded and reused and bytes uploaded."""
+
     entries: list[FileEntry]
     new_files: dict[str, str]
     """remote path (relative) -> local checkpoint path, for files uploaded by this call."""
@@ -62,7 +101,41 @@ class UploadResult:
 def upload_checkpoint(fs: Any, root: str, partition_dir: str, checkpoint_dir: str,
                       version: int, attempt: str, known: Mapping[str, FileEntry],
                       batch_size: int = 8) -> UploadResult:
-    """Describe every file of ``checkpoint_dir`` and upload those not in ``known``."""
+    """Describe every file of ``checkpoint_dir`` and upload those not in ``known``.
+
+    An SST whose name and size are in ``known`` is referenced again; other SSTs and non-SST
+    files over ``INLINE_LIMIT`` are uploaded under ``<partition_dir>/sst/<version>-<name>-
+    <attempt>``; small non-SST files are inlined (base64) in their entry.
+
+    Parameters
+    ----------
+    fs, root
+        The state location's filesystem and root path.
+    partition_dir
+        The partition's directory under ``root`` (``p=<P>``).
+    checkpoint_dir
+        The local RocksDB checkpoint to describe.
+    version, attempt
+        The version being prepared and the attempt's id (its first 12 characters name
+        uploaded files, so attempts never overwrite each other).
+    known
+        Entries of files the lineage already uploaded, by local file name.
+    batch_size
+        Concurrent uploads.
+
+    Returns
+    -------
+    UploadResult
+        Entries of every file, in name order, and what was uploaded.
+
+    Raises
+    ------
+    OSError
+        A local file cannot be read or an upload failed.
+
+    Runs on
+    -------
+    executor (the committing task)"""
     entries: list[FileEntry] = []
     to_upload: dict[str, str] = {}
     reused = 0

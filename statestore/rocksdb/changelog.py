@@ -49,7 +49,16 @@ class ChangelogWriter:
         self._ids: dict[str, int] = {}
 
     def space_id(self, space: str) -> int:
-        """The id of ``space`` in this file, defining it on first use."""
+        """The id of ``space`` in this file, defining it on first use.
+
+        Parameters
+        ----------
+        space
+            The state space (column family) name.
+
+        Runs on
+        -------
+        executor (the task writing the partition)"""
         sid = self._ids.get(space)
         if sid is None:
             sid = self._ids[space] = len(self._ids)
@@ -58,6 +67,18 @@ class ChangelogWriter:
         return sid
 
     def put(self, space: str, key: bytes, stored: bytes) -> None:
+        """Log a put (buffered; handed to the compressor once the buffer is full).
+
+        Parameters
+        ----------
+        space, key
+            Where the value was stored.
+        stored
+            The value's bytes as stored (encoded by the space's codec).
+
+        Runs on
+        -------
+        executor (the task writing the partition)"""
         sid = self._ids.get(space)
         if sid is None:
             sid = self.space_id(space)
@@ -69,6 +90,16 @@ class ChangelogWriter:
             self._spill()
 
     def delete(self, space: str, key: bytes) -> None:
+        """Log a delete (buffered like ``put``).
+
+        Parameters
+        ----------
+        space, key
+            The deleted key and its space.
+
+        Runs on
+        -------
+        executor (the task writing the partition)"""
         sid = self._ids.get(space)
         if sid is None:
             sid = self.space_id(space)
@@ -85,7 +116,21 @@ class ChangelogWriter:
 
     def close(self, *, sync: bool = True) -> int:
         """Finish the compressed stream and (``sync``) fsync it; returns the file size. A log
-        whose bytes go into its version's manifest is discarded after: no fsync (``sync``)."""
+        whose bytes go into its version's manifest is discarded after: no fsync (``sync``).
+
+        Parameters
+        ----------
+        sync
+            fsync the file after finishing it.
+
+        Raises
+        ------
+        OSError
+            Writing or syncing the file failed.
+
+        Runs on
+        -------
+        executor (the committing task)"""
         if not self._out.closed:
             self._out.write(self._buf)
             self._buf.clear()
@@ -100,6 +145,11 @@ class ChangelogWriter:
             os.fsync(handle.fileno())
 
     def discard(self) -> None:
+        """Close the stream if open and delete the file (a version that will not use it).
+
+        Runs on
+        -------
+        executor"""
         if not self._out.closed:
             self._out.close()
         Path(self.path).unlink(missing_ok=True)
@@ -111,7 +161,31 @@ def replay(db: rocksdict.Rdict, path: str,
 
     ``family(name)`` returns ``(column family handle, column family)`` for a space, creating
     the family when the DB lacks it. Reads 1 MiB of decompressed bytes at a time and parses
-    every whole record in it (a record larger than that is read across chunks)."""
+    every whole record in it (a record larger than that is read across chunks).
+
+    Parameters
+    ----------
+    db
+        The partition's DB, opened at the log's parent version.
+    path
+        The local changelog file (verified against its manifest entry by the caller).
+    family
+        ``family(name)`` -> ``(column family handle, column family)`` for a space.
+
+    Returns
+    -------
+    int
+        Records applied.
+
+    Raises
+    ------
+    CorruptStateError
+        The file is not a zstd changelog, is truncated, or holds an unknown record type or a
+        record of an undefined space.
+
+    Runs on
+    -------
+    both (where a version is restored)"""
     applied = pending = pending_bytes = 0
     handles: dict[int, Any] = {}
     batch = rocksdict.WriteBatch(raw_mode=True)

@@ -55,6 +55,31 @@ class Committer(PartitionDB):
     """``prepare_commit`` and ``commit``."""
 
     def prepare_commit(self, version: int, *, writer: str | None = None) -> CommitCandidate:
+        """Write buffered puts, snapshot the partition (a checkpoint, or in changelog mode
+        this version's write log), upload what storage lacks and create an attempt-unique
+        candidate manifest; the local copy is then marked clean at ``version``.
+
+        Parameters
+        ----------
+        version
+            The version to prepare (greater than ``base_version``).
+        writer
+            Who prepares it (e.g. the Spark task attempt); default: the attempt id.
+
+        Returns
+        -------
+        CommitCandidate
+            Not visible until published; its metrics say what was uploaded.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is read-only, not open (prepared, failed or closed), ``version`` is
+            not greater than ``base_version``, or the manifest already exists.
+
+        Runs on
+        -------
+        executor (the task that opened the partition)"""
         started = time.perf_counter()
         copy = self._copy
         if copy is None:
@@ -169,7 +194,7 @@ class Committer(PartitionDB):
         Every commit flushes each written space into a small file, and RocksDB moves a file
         whose keys overlap no other file's (new session keys, increasing timeout keys) down
         to the last level as it is, where leveled compaction never merges it: files grew by
-        one per space and batch (76 after 40 small batches) and with them every open, every
+        one per space and batch, and with them the cost of every open, every
         checkpoint's links and every manifest. A space with more than ``_FRAGMENTS`` files
         and under ``_FRAGMENT_BYTES`` per file on average is rewritten whole (last level
         included), so a 1 GiB space waits for 512 files and a small one rewrites a few KiB.
@@ -235,6 +260,29 @@ class Committer(PartitionDB):
         return result, checkpoint, chain, flushed, log.discard
 
     def commit(self, version: int, *, writer: str | None = None) -> CommitMetrics:
+        """``prepare_commit`` and publish through the store's index; the partition then stays
+        open at ``version`` for the next batch.
+
+        Parameters
+        ----------
+        version, writer
+            As in ``prepare_commit``.
+
+        Returns
+        -------
+        CommitMetrics
+            What the commit did, ``commit_seconds`` including the publish.
+
+        Raises
+        ------
+        StateTransactionError
+            As in ``prepare_commit``.
+        CommitConflictError
+            Another attempt published ``version`` first (the partition is then failed).
+
+        Runs on
+        -------
+        executor (the task that opened the partition)"""
         started = time.perf_counter()
         publish = self._publish
         if publish is None:  # only read-only partitions have no publisher

@@ -1,11 +1,7 @@
-"""One partition's open RocksDB and its spaces: the state every part of
-``RocksDBStatePartition`` shares, and the slow path that finds or creates a space and checks
-the partition may be read or written.
+"""One partition's open RocksDB and its spaces, shared by every part of
+``RocksDBStatePartition``, and the slow path that finds or creates a space.
 
-Spaces are column families (``default`` is RocksDB's default family); two internal families
-hold key counts (``__meta__``) and the TTL expiry index (``__ttl__``). Keys are bytes (a str is
-stored as its UTF-8 bytes). The DB is opened in raw mode with the WAL off
-(``orderedstream.statestore.rocksdb.options``): durability comes from committed snapshots.
+Spaces are column families; ``__meta__`` holds key counts, ``__ttl__`` the expiry index.
 """
 
 from __future__ import annotations
@@ -45,6 +41,8 @@ _MEMO_MAX = 1 << 14
 
 
 class Status(enum.Enum):
+    """A partition's state: open, prepared (a candidate exists), failed, or closed."""
+
     OPEN = "open"
     PREPARED = "prepared"
     FAILED = "failed"
@@ -52,6 +50,21 @@ class Status(enum.Enum):
 
 
 def encode_key(key: Key) -> bytes:
+    """``key`` as the bytes stored: bytes as they are, a str as UTF-8.
+
+    Parameters
+    ----------
+    key
+        bytes, a str, or a bytearray / memoryview (copied).
+
+    Raises
+    ------
+    StateValueError
+        ``key`` is of another type.
+
+    Runs on
+    -------
+    both (where a partition is open)"""
     if isinstance(key, bytes):
         return key
     if isinstance(key, str):
@@ -62,7 +75,16 @@ def encode_key(key: Key) -> bytes:
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix`` (None: no bound)."""
+    """The smallest key greater than every key starting with ``prefix`` (None: no bound).
+
+    Parameters
+    ----------
+    prefix
+        A key prefix (empty or all ``0xff``: no bound).
+
+    Runs on
+    -------
+    both (prefix scans)"""
     data = bytearray(prefix)
     while data and data[-1] == 0xFF:
         data.pop()
@@ -73,18 +95,50 @@ def prefix_end(prefix: bytes) -> bytes | None:
 
 
 def count_entry(space: str, count: int) -> tuple[bytes, bytes]:
-    """The ``__meta__`` key and value that store ``space``'s key count."""
+    """The ``__meta__`` key and value that store ``space``'s key count.
+
+    Parameters
+    ----------
+    space, count
+        The space and its number of keys.
+
+    Runs on
+    -------
+    executor (the committing task)"""
     return _COUNT_PREFIX + space.encode(), _I64.pack(count)
 
 
 def options_fingerprint(options: StateStoreOptions) -> str:
-    """What of ``options`` a DB is opened with: a kept DB opened otherwise is not reused."""
+    """What of ``options`` a DB is opened with: a kept DB opened otherwise is not reused.
+
+    Parameters
+    ----------
+    options
+        The store's options (only the memory sizes count).
+
+    Runs on
+    -------
+    executor (``keepopen``)"""
     return (f"{options.block_cache_bytes}/{options.write_buffer_bytes}/"
             f"{options.max_write_buffers}/{options.memtable_budget_bytes}")
 
 
 def open_rdict(path: str, options: StateStoreOptions, *, read_only: bool) -> rocksdict.Rdict:
-    """Open (or create) the DB at ``path`` with all its column families."""
+    """Open (or create) the DB at ``path`` with all its column families.
+
+    Parameters
+    ----------
+    path
+        The DB directory.
+    options
+        The store's options (``rocksdb.options.make_options``).
+    read_only
+        Open read-only (no writes). RocksDB's errors (its lock held, a damaged DB) pass
+        through as rocksdict's ``Exception``.
+
+    Runs on
+    -------
+    both (executors; the driver for read-only views)"""
     o = make_options(options)
     families = ["default"]
     if os.path.exists(os.path.join(path, "CURRENT")):
@@ -99,41 +153,78 @@ def open_rdict(path: str, options: StateStoreOptions, *, read_only: bool) -> roc
 
 
 class RawFamily(Protocol):
-    """A column family of a raw-mode ``rocksdict.Rdict`` as this package uses it: keys and
-    values are bytes (rocksdict's stubs type them for every mode). Only a static type: the
-    object is the ``Rdict`` itself, so calls cost nothing more."""
+    """A raw-mode ``rocksdict.Rdict`` column family, typed with bytes keys and values (a
+    static type only: the object is the ``Rdict`` itself)."""
 
-    def get(self, key: bytes) -> bytes | None: ...
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or None.
+
+        Parameters
+        ----------
+        key
+            The stored key."""
 
     def __getitem__(self, keys: list[bytes]) -> list[bytes | None]: ...
 
-    def put(self, key: bytes, value: bytes) -> None: ...
+    def put(self, key: bytes, value: bytes) -> None:
+        """Store ``value`` under ``key``.
 
-    def delete(self, key: bytes) -> None: ...
+        Parameters
+        ----------
+        key, value
+            The stored bytes."""
+
+    def delete(self, key: bytes) -> None:
+        """Remove ``key``.
+
+        Parameters
+        ----------
+        key
+            The stored key."""
 
     def items(self, backwards: bool = False,
-              from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]: ...
+              from_key: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Pairs in key order from ``from_key`` on.
 
-    def flush(self, wait: bool = True) -> None: ...
+        Parameters
+        ----------
+        backwards, from_key
+            Descending order; the first key (None: an end of the family)."""
 
-    def property_int_value(self, name: str) -> int | None: ...
+    def flush(self, wait: bool = True) -> None:
+        """Write the memtables to SST files.
+
+        Parameters
+        ----------
+        wait
+            Return once the flush is done."""
+
+    def property_int_value(self, name: str) -> int | None:
+        """A RocksDB integer property.
+
+        Parameters
+        ----------
+        name
+            The property, e.g. ``rocksdb.estimate-num-keys``."""
 
     def compact_range(self, begin: bytes | None, end: bytes | None,
-                      compact_opt: rocksdict.CompactOptions = ...) -> None: ...
+                      compact_opt: rocksdict.CompactOptions = ...) -> None:
+        """Compact the keys from ``begin`` to ``end``.
+
+        Parameters
+        ----------
+        begin, end, compact_opt
+            The key range (None: unbounded) and RocksDB's compaction options."""
 
 
 class Space:
     """What the hot path needs of one space, found with one dict lookup: the column family,
     its WriteBatch handle, the codec's bound methods, and what is known of keys' presence.
 
-    ``last_read``/``last_present``: the key of the last ``get`` and whether it held a value,
-    so the ``put`` of a read-modify-write is written at once and counted without a second
-    read. Write paths that could change that key's presence reset it.
-
-    ``known`` (exact key counting only, else None) maps keys read by ``multi_get``,
-    ``contains`` and ``get_for_update``, or written, to whether they hold a value, so a later
-    ``put_many`` or ``delete`` of them counts keys without reading them again. Every write
-    path keeps it true; it is cleared when it reaches ``memo_max`` entries (bounded memory).
+    ``last_read``/``last_present``: the last ``get``'s key and whether it held a value, so a
+    read-modify-write's ``put`` is counted without a second read. ``known`` (exact counting
+    only, else None): keys read or written -> whether they hold a value, so later writes count
+    without reading; kept true by every write path, cleared at ``memo_max`` entries.
     """
 
     __slots__ = ("cf", "decode", "encode", "handle", "known", "last_present", "last_read",
@@ -155,12 +246,9 @@ class Space:
 class Scan:
     """One iteration over a column family (``items``) that the partition's ``close`` cuts off.
 
-    rocksdict keeps a DB open, its LOCK taken, while any iterator or family object over it
-    lives. A ``range``, ``raw_items`` or ``expire`` generator left suspended at ``close`` would
-    so hold the partition's DB until it is garbage collected, and the next open of the local
-    copy, in this process or another, failed on RocksDB's lock. ``release`` drops the
-    iterator and the family; the next step then raises the partition's "is closed" error.
-    Generators keep only their scan, never a ``Space``, across a ``yield``."""
+    rocksdict keeps a DB open, its LOCK taken, while any iterator or family over it lives: a
+    generator left suspended at ``close`` would hold the DB until collected, and the next open
+    of the local copy failed on the lock. Generators keep only their scan across a ``yield``."""
 
     __slots__ = ("__weakref__", "_check", "_items", "cf")
 
@@ -181,13 +269,17 @@ class Scan:
         return next(items)
 
     def release(self) -> None:
+        """Drop the iterator and the family (``close``); the next step raises "is closed".
+
+        Runs on
+        -------
+        both (where the partition is open)"""
         self._items = self.cf = None
 
 
 class PartitionDB(StatePartition):
-    """The DB, its spaces and the status of one partition. The other parts of
-    ``RocksDBStatePartition`` (``writes``, ``expiry``, ``committer``) build on it; ``_flush``
-    is the one call they make of each other through it."""
+    """The DB, spaces and status of one partition; ``writes``, ``expiry`` and ``committer``
+    build on it (``_flush`` is the one call they make of each other through it)."""
 
     def __init__(self, *, location: StateLocation, fs: object, root: str, partition: int,
                  version: int, options: StateStoreOptions, db_path: str,
@@ -226,15 +318,13 @@ class PartitionDB(StatePartition):
         self._counts: dict[str, int] = self._load_counts()
         self._status = Status.OPEN
         self._write_ok = False
-        """True once writes were checked allowed and the local copy marked dirty; reset by
-        ``prepare_commit``/``close`` so the next write checks (and marks) again."""
+        """Writes checked allowed and the copy marked dirty (reset by prepare/close)."""
         self._puts = self._deletes = self._bytes_written = 0
         self._changelog_mode = options.changelog and not read_only
         self._log: ChangelogWriter | None = None
         """This version's write log (changelog mode; created by the first write)."""
         self._pending: rocksdict.WriteBatch | None = None
-        """Blind ``put``s not yet in the DB (one space, bounded): see
-        ``orderedstream.statestore.rocksdb.writes``."""
+        """Blind ``put``s not yet in the DB (one space, bounded): see ``rocksdb.writes``."""
         self._pending_space: Space | None = None
         self._pending_keys: list[bytes] = []
         self._pending_bytes = 0
@@ -332,8 +422,7 @@ class PartitionDB(StatePartition):
 
     @staticmethod
     def _new_log(copy: LocalCopy) -> ChangelogWriter:
-        """A write log for the version being written, in the local copy's directory (logs of
-        versions that never commit are removed by ``LocalCopy.remove_stale``)."""
+        """A write log in the local copy's directory (``LocalCopy.remove_stale`` drops old)."""
         return ChangelogWriter(os.path.join(copy.dir, f"changelog-{uuid.uuid4().hex}.log"))
 
     def _scan(self, cf: RawFamily, *, backwards: bool = False,

@@ -97,6 +97,23 @@ class Expiry(Writes):
 
     def expire(self, now_ms: int | None = None, *,
                limit: int | None = None) -> Iterator[tuple[str, bytes, Any]]:
+        """``StatePartition.expire``: scans ``__ttl__`` up to ``now_ms``; stale index entries
+        (the key was overwritten or deleted since) are dropped without yielding.
+
+        Parameters
+        ----------
+        now_ms, limit
+            As in ``StatePartition.expire``.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is read-only, prepared, failed or closed (also when resumed after
+            ``close``).
+
+        Runs on
+        -------
+        executor (the task that opened the partition)"""
         self._writable()
         ttl_s = self._space(TTL_CF)
         if ttl_s is None:

@@ -1,11 +1,11 @@
 """Partitions a process keeps open after ``close`` (``StateStoreOptions.keep_open``), handed
 to another process on request.
 
-Opening a partition's RocksDB costs 5-13 ms a batch (its MANIFEST and OPTIONS files are written
-and synced, its column families listed and opened), and a small batch's task opens a dozen.
-So ``close`` of a clean partition (its local copy holds exactly the version it names) keeps the
-DB open here instead, and the next ``open`` of that local copy at that version in this process
-takes it back as it is.
+Opening a partition's RocksDB writes and syncs its MANIFEST and OPTIONS files and lists and
+opens its column families, every batch, and a small batch's task opens a dozen (reasons and
+figures: docs/decisions/0017-keep-partitions-open.md). So ``close`` of a clean partition
+(its local copy holds exactly the version it names) keeps the DB open here instead, and the
+next ``open`` of that local copy at that version in this process takes it back as it is.
 
 Spark gives a task to whichever of an executor's Python workers is idle, so the next batch of
 a partition often runs in another worker, which then cannot open the DB while this one holds
@@ -57,6 +57,11 @@ class Kept:
     """The RocksDB options it was opened with (``StateStoreOptions`` sizes)."""
 
     def close(self) -> None:
+        """Close the DB (a DB whose folder is gone meanwhile is only logged, at debug).
+
+        Runs on
+        -------
+        executor"""
         self.families.clear()
         try:
             self.db.close()
@@ -145,7 +150,20 @@ def _socket_name() -> str | None:
 
 def keep(copy_dir: str, kept: Kept, limit: int) -> bool:
     """Keep ``kept`` open for ``copy_dir``, whose lock the caller holds; False when this process
-    cannot keep DBs (the caller closes it). The least recently kept beyond ``limit`` close."""
+    cannot keep DBs (the caller closes it). The least recently kept beyond ``limit`` close.
+
+    Parameters
+    ----------
+    copy_dir
+        The local copy's folder (its ``KEPT`` file is written there first).
+    kept
+        The open DB and what it was opened at.
+    limit
+        DBs this process keeps at most (``keep_open``; 0 keeps none).
+
+    Runs on
+    -------
+    executor (the Python worker that opens or closes the partition)"""
     with _lock:
         name = _socket_name() if limit > 0 else None
     if name is None:
@@ -169,13 +187,31 @@ def keep(copy_dir: str, kept: Kept, limit: int) -> bool:
 
 def take(copy_dir: str) -> Kept | None:
     """This process's kept DB of ``copy_dir`` (the caller holds the copy's lock), no longer
-    kept; None if there is none. The caller then calls ``release_elsewhere``."""
+    kept; None if there is none. The caller then calls ``release_elsewhere``.
+
+    Parameters
+    ----------
+    copy_dir
+        The local copy's folder.
+
+    Runs on
+    -------
+    executor (the Python worker that opens or closes the partition)"""
     with _lock:
         return _kept.pop(copy_dir, None)
 
 
 def close(copy_dir: str) -> bool:
-    """Close this process's kept DB of ``copy_dir``; False if it kept none."""
+    """Close this process's kept DB of ``copy_dir``; False if it kept none.
+
+    Parameters
+    ----------
+    copy_dir
+        The local copy's folder (as another process's request names it).
+
+    Runs on
+    -------
+    executor (the keeper thread, or the opener's own process)"""
     with _lock:
         kept = _kept.pop(copy_dir, None)
         if kept is not None:
@@ -184,7 +220,16 @@ def close(copy_dir: str) -> bool:
 
 
 def close_under(folder: str) -> None:
-    """Close the DBs this process keeps of local copies inside ``folder`` (before deleting it)."""
+    """Close the DBs this process keeps of local copies inside ``folder`` (before deleting it).
+
+    Parameters
+    ----------
+    folder
+        A folder holding local copies.
+
+    Runs on
+    -------
+    both (wherever local copies are deleted)"""
     prefix = os.path.join(folder, "")
     with _lock:
         for key in [k for k in _kept if k.startswith(prefix)]:
@@ -201,7 +246,25 @@ def close_all() -> None:
 def release_elsewhere(copy_dir: str, *, timeout_s: float, what: str) -> None:
     """Before opening ``copy_dir``'s DB (the caller holds the copy's lock): if another process
     keeps it open, have it closed; then no ``KEPT`` file is left. ``what`` names the partition
-    in the error raised when the keeper neither answers nor ends within ``timeout_s``."""
+    in the error raised when the keeper neither answers nor ends within ``timeout_s``.
+
+    Parameters
+    ----------
+    copy_dir
+        The local copy's folder.
+    timeout_s
+        How long to wait for the keeper.
+    what
+        The partition, as the error names it.
+
+    Raises
+    ------
+    StateLockedError
+        The keeper neither closed the DB nor ended within ``timeout_s``.
+
+    Runs on
+    -------
+    executor (the Python worker that opens or closes the partition)"""
     path = os.path.join(copy_dir, MARKER)
     try:
         written = os.stat(path).st_mtime

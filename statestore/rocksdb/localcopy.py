@@ -25,6 +25,10 @@ from orderedstream.statestore.manifest import FileEntry
 
 @dataclass
 class CopyState:
+    """What a local copy holds, as ``state.json`` records it: the version and its manifest,
+    whether the DB may differ from it (``dirty``), the DB directory's name, and the files of
+    its lineage."""
+
     version: int = EMPTY_VERSION
     manifest: str | None = None
     dirty: bool = True
@@ -39,6 +43,7 @@ class CopyState:
     from storage. None in copies written before it: the manifest is read then."""
 
     def to_json(self) -> str:
+        """The state as JSON text, for ``state.json``; ``from_json`` reads it back."""
         # "held_version", not "version": copies written since values may be stored bare
         # (manifest format 3) look unusable to readers that predate it, so those restore
         # from the location, where the manifest's format number refuses them.
@@ -51,6 +56,13 @@ class CopyState:
 
     @classmethod
     def from_json(cls, text: str) -> CopyState:
+        """The state ``to_json`` wrote (or an older copy's ``version`` field).
+
+        Parameters
+        ----------
+        text
+            The content of ``state.json`` (``ValueError``, ``KeyError`` or ``TypeError`` when
+            it is not such a state; ``LocalCopy`` then starts from an empty, dirty state)."""
         data = json.loads(text)
         version = data["held_version"] if "held_version" in data else data["version"]
         checkpoint = data.get("checkpoint")
@@ -121,7 +133,21 @@ class LocalCopy:
         copy is clean. Lost, the copy reads as it was before it: the dirty marker written
         (durably) before the first write of the batch, so the next open restores the version
         from the object store instead of reusing the copy. The marker that says a copy is
-        dirty must reach the disk before the DB changes, so it stays durable."""
+        dirty must reach the disk before the DB changes, so it stays durable.
+
+        Parameters
+        ----------
+        durable
+            fsync the new file before renaming it.
+
+        Raises
+        ------
+        OSError
+            The file cannot be written.
+
+        Runs on
+        -------
+        executor (the task that holds the copy)"""
         path = os.path.join(self.dir, "state.json")
         tmp = path + ".tmp"
         with open(tmp, "w") as handle:
@@ -140,7 +166,16 @@ class LocalCopy:
 
     def remove_stale(self, keep_cache: set[str]) -> None:
         """Delete DB/checkpoint dirs other than the current one, write logs of versions that
-        never committed (left by a crash), and cache files not kept."""
+        never committed (left by a crash), and cache files not kept.
+
+        Parameters
+        ----------
+        keep_cache
+            Cache file names still referenced (``restore.cache_name`` of the kept entries).
+
+        Runs on
+        -------
+        executor (after a commit)"""
         for name in os.listdir(self.dir):
             if (name.startswith(("db-", "ckpt-")) and name != self.state.db):
                 shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
@@ -151,6 +186,11 @@ class LocalCopy:
                 Path(self.cache_dir, name).unlink(missing_ok=True)
 
     def release(self) -> None:
+        """Unlock the copy and close the lock file (idempotent).
+
+        Runs on
+        -------
+        executor (the task that holds the copy)"""
         if self._handle is not None:
             fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
             self._handle.close()

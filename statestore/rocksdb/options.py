@@ -2,7 +2,8 @@
 
 One block cache per process and store options (data, index and filter blocks charged to it)
 and one write buffer manager charging memtables to that cache bound a worker's RocksDB memory.
-Index and filters are partitioned, so even huge SSTs cache in small blocks.
+Index and filters are partitioned, so even huge SSTs cache in small blocks
+(docs/decisions/0022-rocksdb-partitioned-index.md).
 """
 
 from __future__ import annotations
@@ -52,8 +53,26 @@ def _shared(block_cache_bytes: int, memtable_budget_bytes: int) -> tuple[Any, An
 def make_options(opts: StateStoreOptions, *, raw_mode: bool = True) -> rocksdict.Options:
     """Options for the DB and every column family (they must agree on raw mode).
 
-    The store always uses raw mode; ``raw_mode=False`` exists so benchmarks can give plain
-    rocksdict (which pickles values itself) exactly the same tuning."""
+    The block cache and write buffer manager are shared by every DB this process opens with
+    the same sizes (docs/decisions/0015-memory-bound-per-worker.md); index and filters are
+    partitioned (docs/decisions/0022-rocksdb-partitioned-index.md).
+
+    Parameters
+    ----------
+    opts
+        The store's options: cache, memtable budget and write buffer sizes.
+    raw_mode
+        rocksdict's raw mode (bytes in, bytes out). The store always uses it; ``False``
+        exists so benchmarks can give plain rocksdict (which pickles values) the same tuning.
+
+    Returns
+    -------
+    rocksdict.Options
+        A new options object (the cache and write buffer manager are shared).
+
+    Runs on
+    -------
+    both (wherever a partition is opened: executors, and the driver for read-only views)"""
     cache, manager = _shared(opts.block_cache_bytes, opts.memtable_budget_bytes)
     o = rocksdict.Options(raw_mode=raw_mode)
     o.create_if_missing(True)
@@ -64,7 +83,8 @@ def make_options(opts: StateStoreOptions, *, raw_mode: bool = True) -> rocksdict
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     table.set_bloom_filter(10, False)
     # Partitioned index and filters: a large SST's full filter can exceed one block cache shard
-    # and be re-read on every get; partitions are small blocks that cache like data blocks.
+    # and be re-read on every get; partitions are small blocks that cache like data blocks
+    # (docs/decisions/0022-rocksdb-partitioned-index.md).
     table.set_index_type(rocksdict.BlockBasedIndexType.two_level_index_search())
     table.set_partition_filters(True)
     table.set_metadata_block_size(4096)

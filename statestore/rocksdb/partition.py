@@ -52,6 +52,25 @@ class RocksDBStatePartition(Committer, Expiry):
 
     # ---- reads ---------------------------------------------------------------------------
     def get(self, key: Key, default: Any = None, *, space: str = DEFAULT_SPACE) -> Any:
+        """``StatePartition.get``; remembers the key's presence for the ``put`` that may follow.
+
+        Parameters
+        ----------
+        key, default, space
+            As in ``StatePartition.get``.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is closed.
+        OptionError
+            ``space`` is not a valid space name.
+        StateValueError
+            A key is not bytes or str.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         s = self._spaces.get(space)
         if s is None:
             s = self._space(space)
@@ -72,7 +91,25 @@ class RocksDBStatePartition(Committer, Expiry):
                        space: str = DEFAULT_SPACE) -> Any:
         """``get``, remembering (in a bounded memo) whether the key holds a value, so a later
         ``put_many`` or ``delete`` of it keeps exact key counts without reading it again.
-        For callers that read many keys, then write them back in one batch."""
+        For callers that read many keys, then write them back in one batch.
+
+        Parameters
+        ----------
+        key, default, space
+            As in ``StatePartition.get``.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is closed.
+        OptionError
+            ``space`` is not a valid space name.
+        StateValueError
+            A key is not bytes or str.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         value = self.get(key, default, space=space)
         s = self._spaces.get(space)
         if s is not None and s.known is not None and s.last_read is not None:
@@ -83,6 +120,25 @@ class RocksDBStatePartition(Committer, Expiry):
         return value
 
     def contains(self, key: Key, *, space: str = DEFAULT_SPACE) -> bool:
+        """``StatePartition.contains``; the answer goes in the space's presence memo.
+
+        Parameters
+        ----------
+        key, space
+            As in ``StatePartition.contains``.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is closed.
+        OptionError
+            ``space`` is not a valid space name.
+        StateValueError
+            A key is not bytes or str.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         s = self._spaces.get(space) or self._space(space)
         if s is None:
             return False
@@ -97,6 +153,25 @@ class RocksDBStatePartition(Committer, Expiry):
 
     def multi_get(self, keys: Sequence[Key], default: Any = None, *,
                   space: str = DEFAULT_SPACE) -> list[Any]:
+        """``StatePartition.multi_get``: one RocksDB MultiGet.
+
+        Parameters
+        ----------
+        keys, default, space
+            As in ``StatePartition.multi_get``.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is closed.
+        OptionError
+            ``space`` is not a valid space name.
+        StateValueError
+            A key is not bytes or str.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         s = self._spaces.get(space) or self._space(space)
         if s is None:
             return [default] * len(keys)
@@ -114,6 +189,25 @@ class RocksDBStatePartition(Committer, Expiry):
 
     def range(self, start: Key | None = None, end: Key | None = None, *,
               space: str = DEFAULT_SPACE, reverse: bool = False) -> Iterator[tuple[bytes, Any]]:
+        """``StatePartition.range``, streamed from one RocksDB iterator (``close`` ends it).
+
+        Parameters
+        ----------
+        start, end, space, reverse
+            As in ``StatePartition.range``.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is closed.
+        OptionError
+            ``space`` is not a valid space name.
+        StateValueError
+            A key is not bytes or str.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         s = self._space(space)
         if s is None:
             return
@@ -138,12 +232,47 @@ class RocksDBStatePartition(Committer, Expiry):
                 yield key, decode(_payload(raw))
 
     def prefix(self, prefix: Key, *, space: str = DEFAULT_SPACE) -> Iterator[tuple[bytes, Any]]:
+        """``StatePartition.prefix``: a ``range`` up to ``db.prefix_end(prefix)``.
+
+        Parameters
+        ----------
+        prefix, space
+            As in ``StatePartition.prefix``.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is closed.
+        OptionError
+            ``space`` is not a valid space name.
+        StateValueError
+            A key is not bytes or str.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         low = encode_key(prefix)
         return self.range(low, prefix_end(low), space=space)
 
     def raw_items(self, *, space: str = DEFAULT_SPACE) -> Iterator[tuple[bytes, bytes]]:
         """``(key, stored bytes)`` in key order: TTL frame included (see
-        ``orderedstream.statestore.ttl``)."""
+        ``orderedstream.statestore.ttl``).
+
+        Parameters
+        ----------
+        space
+            The space to scan.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is closed.
+        OptionError
+            ``space`` is not a valid space name.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         s = self._space(space)
         if s is not None:
             self._flush()
@@ -152,14 +281,45 @@ class RocksDBStatePartition(Committer, Expiry):
             yield from scan
 
     def decode(self, space: str, payload: bytes) -> Any:
-        """Decode a value payload of ``space`` with that space's codec."""
+        """Decode a value payload of ``space`` with that space's codec.
+
+        Parameters
+        ----------
+        space
+            The space the value belongs to.
+        payload
+            The stored bytes without their TTL frame.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         return self._codec(space).decode(payload)
 
     def spaces(self) -> list[str]:
+        """``StatePartition.spaces``: ``default``, then the other user spaces by name.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         return ["default"] + sorted(n for n in self._cfs if n != "default"
                                     and not n.startswith("__"))
 
     def num_keys(self, *, space: str | None = None) -> int:
+        """``StatePartition.num_keys``: the partition's counts, or RocksDB's estimate.
+
+        Parameters
+        ----------
+        space
+            As in ``StatePartition.num_keys``.
+
+        Raises
+        ------
+        StateTransactionError
+            The partition is closed.
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         self._readable()
         self._flush()
         names = self.spaces() if space is None else [space]
@@ -170,6 +330,12 @@ class RocksDBStatePartition(Committer, Expiry):
 
     # ---- end -----------------------------------------------------------------------------
     def close(self) -> None:
+        """``StatePartition.close``: an uncommitted write log and buffered puts are dropped; a
+        clean local copy's DB may be kept open for the next open (``keepopen``).
+
+        Runs on
+        -------
+        both (the task that opened it; the driver for read-only views)"""
         if self._status is Status.CLOSED:
             return
         kept = self._keepable()

@@ -73,11 +73,26 @@ class RocksDBStateStore(StateStoreBase):
         self.__init__(state["location"], state["options"], index=state["index"])  # type: ignore[misc]
 
     def filesystem(self) -> tuple[Any, str]:
+        """The location's fsspec filesystem and root path, created on first use here.
+
+        Runs on
+        -------
+        both"""
         if self._fs is None:
             self._fs, self._root = self.location.filesystem()
         return self._fs, self._root
 
     def local_copy_dir(self, partition: int) -> str:
+        """Where this process keeps ``partition``'s local copy (under ``local_dir``).
+
+        Parameters
+        ----------
+        partition
+            The partition.
+
+        Runs on
+        -------
+        both (executors keep the copies)"""
         return os.path.join(self.options.resolved_local_dir(), self.location.key(),
                             StateLocation.partition_dir(partition))
 
@@ -97,6 +112,30 @@ class RocksDBStateStore(StateStoreBase):
 
     def open(self, partition: int, version: int, *,
              writer: str | None = None) -> RocksDBStatePartition:
+        """``StateStoreBase.open``: lock the local copy, then reuse it (a DB this process kept
+        open, or the files on disk) when it holds ``version`` clean, else restore that version
+        into a new DB directory (changelogs replayed). ``last_restore`` says which.
+
+        Parameters
+        ----------
+        partition, version, writer
+            As in ``StateStoreBase.open``.
+
+        Raises
+        ------
+        OptionError
+            ``partition`` is not an int >= 0 or ``version`` not an int >= ``EMPTY_VERSION``.
+        StateNotFoundError
+            ``version`` was never published.
+        StateLockedError
+            Another process holds the local copy (or keeps its DB open) past
+            ``lock_timeout_s``.
+        CorruptStateError
+            A file of the version is missing or does not match its manifest.
+
+        Runs on
+        -------
+        executor (the task that owns the partition in the batch)"""
         self._check_partition(partition)
         if not isinstance(version, int) or version < EMPTY_VERSION:
             raise OptionError(f"state version {version!r}: an int >= {EMPTY_VERSION} "
@@ -207,12 +246,46 @@ class RocksDBStateStore(StateStoreBase):
             db.close()
 
     def read_manifest(self, partition: int, version: int) -> Manifest:
-        """The manifest of a published version (files, key counts, codecs, writer)."""
+        """The manifest of a published version (files, key counts, codecs, writer).
+
+        Parameters
+        ----------
+        partition, version
+            The published version.
+
+        Raises
+        ------
+        StateNotFoundError
+            ``version`` was never published.
+
+        Runs on
+        -------
+        both"""
         fs, root = self.filesystem()
         return read_manifest(fs, root, self._resolve(partition, version))
 
     def open_read_only(self, partition: int,
                        version: int | None = None) -> RocksDBStatePartition:
+        """``StateStoreBase.open_read_only``: the version is fetched into a private temp dir
+        under ``local_dir`` (removed at ``close``) and decoded with its manifest's codecs.
+
+        Parameters
+        ----------
+        partition, version
+            As in ``StateStoreBase.open_read_only``.
+
+        Raises
+        ------
+        OptionError
+            ``partition`` is not an int >= 0.
+        StateNotFoundError
+            ``version`` was never published, or (None) no version was.
+        CorruptStateError
+            A file of the version is missing or does not match its manifest.
+
+        Runs on
+        -------
+        both (the driver, or a reader's tasks)"""
         self._check_partition(partition)
         if version is None:
             version = self.latest_version(partition)
@@ -239,16 +312,48 @@ class RocksDBStateStore(StateStoreBase):
             raise
 
     def publish(self, candidate: CommitCandidate) -> None:
+        """``StateStoreBase.publish`` through ``self.index``.
+
+        Parameters
+        ----------
+        candidate
+            A candidate prepared for this location.
+
+        Raises
+        ------
+        OptionError
+            ``candidate`` was prepared for another location.
+        CommitConflictError
+            Another candidate was published for that version first.
+
+        Runs on
+        -------
+        both (the committing task, or the driver)"""
         if candidate.location_url != self.location.url:
             raise OptionError(f"candidate for {candidate.location_url} cannot be published at "
                               f"{self.location.url}")
         self.index.publish(candidate)
 
     def latest_version(self, partition: int) -> int:
+        """``StateStoreBase.latest_version``, from ``self.index``.
+
+        Parameters
+        ----------
+        partition
+            The partition to look up.
+
+        Runs on
+        -------
+        both"""
         versions = self.index.versions(partition)
         return versions[-1] if versions else EMPTY_VERSION
 
     def partitions(self) -> list[int]:
+        """``StateStoreBase.partitions``: ``p=<P>`` folders with a published version.
+
+        Runs on
+        -------
+        driver"""
         fs, root = self.filesystem()
         fs.invalidate_cache(root)
         try:
@@ -263,6 +368,21 @@ class RocksDBStateStore(StateStoreBase):
         return sorted(out)
 
     def cleanup(self, partition: int, *, keep_last: int | None = None) -> dict[str, int]:
+        """``StateStoreBase.cleanup`` (``retention.cleanup_partition``), counts logged.
+
+        Parameters
+        ----------
+        partition, keep_last
+            As in ``StateStoreBase.cleanup`` (``keep_last`` None: ``options.keep_last``).
+
+        Raises
+        ------
+        OptionError
+            ``keep_last`` is below 1.
+
+        Runs on
+        -------
+        driver (or wherever the caller runs retention)"""
         fs, root = self.filesystem()
         counts = cleanup_partition(fs, root, self.index, partition,
                                    keep_last if keep_last is not None else self.options.keep_last)

@@ -91,6 +91,26 @@ class Writes(PartitionDB):
 
     def put(self, key: Key, value: Any, *, space: str = DEFAULT_SPACE,
             ttl_ms: int | None = None, now_ms: int | None = None) -> None:
+        """``StatePartition.put``: a blind put is buffered, the put of the key just read is
+        written at once.
+
+        Parameters
+        ----------
+        key, value, space, ttl_ms, now_ms
+            As in ``StatePartition.put``.
+
+        Raises
+        ------
+        StateValueError
+            ``key`` is not bytes or str, or the codec refuses ``value``.
+        OptionError
+            ``space`` is not a valid space name, or ``ttl_ms`` is negative.
+        StateTransactionError
+            The partition is read-only, prepared, failed or closed.
+
+        Runs on
+        -------
+        executor (the task that opened the partition)"""
         s = self._spaces.get(space)
         if s is None or not self._write_ok:
             s = self._space_for_write(space)
@@ -135,6 +155,22 @@ class Writes(PartitionDB):
 
     def put_many(self, items: Iterable[tuple[Key, Any]], *, space: str = DEFAULT_SPACE,
                  ttl_ms: int | None = None, now_ms: int | None = None) -> None:
+        """``StatePartition.put_many``: WriteBatches of ``CHUNK`` items; in changelog mode a
+        chunk is logged once it is in the DB.
+
+        Parameters
+        ----------
+        items, space, ttl_ms, now_ms
+            As in ``StatePartition.put_many``.
+
+        Raises
+        ------
+        StateValueError, OptionError, StateTransactionError
+            As in ``put``; items of a chunk before a refused value are not written.
+
+        Runs on
+        -------
+        executor (the task that opened the partition)"""
         s = self._space_for_write(space)
         self._flush()
         s.last_read = None
@@ -187,6 +223,23 @@ class Writes(PartitionDB):
                 return
 
     def delete(self, key: Key, *, space: str = DEFAULT_SPACE) -> None:
+        """``StatePartition.delete`` (a key of a space that does not exist: nothing to do).
+
+        Parameters
+        ----------
+        key, space
+            As in ``StatePartition.delete``.
+
+        Raises
+        ------
+        StateValueError
+            ``key`` is not bytes or str.
+        OptionError, StateTransactionError
+            As in ``put``.
+
+        Runs on
+        -------
+        executor (the task that opened the partition)"""
         s = self._spaces.get(space)
         if s is None or not self._write_ok:
             self._writable()
