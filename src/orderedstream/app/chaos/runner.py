@@ -1,13 +1,13 @@
 """The chaos run: the main job under kills and faults, then a verification against Kafka.
 
-The job runs as its own process (``orderedstream run``), as in production; between restarts
-one fault is injected at a random moment: ``kill_driver`` (SIGKILL the job's process group),
-``kill_worker`` (SIGKILL one Spark Python worker), ``kill_broker`` (SIGKILL Kafka, restart it on
-its data), ``stop_s3`` (stop SeaweedFS for a few seconds), ``s3_faults`` (the S3 proxy answers
-503/500, stalls, drops requests and responses for a while), ``kill_spark_worker`` (``--cluster``:
-SIGKILL a standalone worker and its executor, restart it later). A killed job restarts from its
-checkpoint; the time to its next committed batch is a recovery time. At the end the job drains
-Kafka (Trigger.AvailableNow) and the output is compared with the topics.
+The job runs as its own process (``orderedstream run``); one fault at a time, at a random
+moment: ``kill_driver`` (SIGKILL its process group), ``kill_worker`` (a Spark Python worker),
+``kill_broker`` (Kafka, restarted on its data), ``stop_s3`` (SeaweedFS, for a few seconds),
+``s3_faults`` (the S3 proxy answers 503/500, stalls, drops requests and responses for a while),
+``kill_spark_worker`` (``--cluster``: a standalone worker and its executor, restarted later).
+A killed job restarts from its checkpoint; the time to its next committed batch is a recovery
+time. At the end the job drains Kafka (Trigger.AvailableNow) and the output is compared with
+the topics.
 """
 
 from __future__ import annotations
@@ -53,9 +53,8 @@ class ChaosRun:
                  max_offsets_per_trigger: int = 1500, out: Any = print,
                  cluster: bool = False, batch_timeout: float = 300.0,
                  store: str = "s3") -> None:
-        """``store``: "s3" (SeaweedFS behind the faulty proxy, the only one with S3 faults),
-        "azure" (Azurite) or "gcs" (fake-gcs-server; the Delta output on local disk, as
-        delta-rs cannot write to that emulator)."""
+        """``store``: "s3" (SeaweedFS behind the faulty proxy: the S3 faults), "azure" (Azurite)
+        or "gcs" (fake-gcs-server; Delta output on local disk: delta-rs cannot write there)."""
         if store not in ("s3", "azure", "gcs"):
             raise ValueError(f"store {store!r}: give 's3', 'azure' or 'gcs'")
         self.store = store
@@ -141,8 +140,7 @@ class ChaosRun:
                **self._submit_env(),
                "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local"),
-               # The job's JVM is killed on purpose: its spark-<uuid> temp folders stay in the
-               # workdir instead of the system temp dir.
+               # A killed JVM's spark-<uuid> temp folders stay in the workdir, not in /tmp.
                "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={self.workdir / 'jvm-tmp'}"}
         (self.workdir / "jvm-tmp").mkdir(parents=True, exist_ok=True)
         self.job = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
