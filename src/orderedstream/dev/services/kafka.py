@@ -113,8 +113,8 @@ class KafkaBroker:
         Raises
         ------
         ServiceError
-            No ``java`` on the PATH, formatting the storage failed, or the broker exited or
-            served no metadata within ``timeout``."""
+            No ``java`` on the PATH, the broker's jars could not be fetched, formatting the
+            storage failed, or the broker exited or served no metadata within ``timeout``."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self._write_config()
         if not (self.data_dir / "meta.properties").exists():
