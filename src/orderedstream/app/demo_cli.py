@@ -23,7 +23,12 @@ from orderedstream.core.shutdown import stop_session
 
 
 def register(sub: Any) -> None:
-    """Add ``demo`` and ``services`` to the CLI's subparsers."""
+    """Add ``demo`` and ``services`` to the CLI's subparsers.
+
+    Parameters
+    ----------
+    sub
+        The CLI's subparsers (what ``ArgumentParser.add_subparsers`` returns)."""
     demo = sub.add_parser(
         "demo", help="run the pipeline on embedded (or given) services and verify it",
         description="Generate capture sessions into a local Kafka, run the main job on local "
@@ -83,6 +88,24 @@ def register(sub: Any) -> None:
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
+    """``orderedstream demo``: generate sessions into Kafka, run the main job on them, verify
+    the output against the topics and print the tables and queries to run afterwards.
+
+    Parameters
+    ----------
+    args
+        The parsed ``demo`` arguments (see :func:`register`).
+
+    Returns
+    -------
+    int
+        The exit code: 0 when the output is verified, 1 otherwise.
+
+    Raises
+    ------
+    OptionError
+        The work folder can neither continue nor start clean (see
+        :func:`orderedstream.app.demo_workdir.prepare`)."""
     from orderedstream.app.job.demo import run_demo
     from orderedstream.app.job.figures import FigureTracker
     from orderedstream.app.job.generator import GeneratorOptions
@@ -152,6 +175,23 @@ def _summary(args: argparse.Namespace, work: Any, result: Any, storage: dict[str
 
 
 def run_services_command(args: argparse.Namespace) -> int:
+    """``orderedstream services``: serve the embedded Kafka and S3 on a work folder's data,
+    print their endpoints and run until SIGINT or SIGTERM.
+
+    Parameters
+    ----------
+    args
+        The parsed ``services`` arguments (see :func:`register`).
+
+    Returns
+    -------
+    int
+        The exit code, 0 once stopped.
+
+    Raises
+    ------
+    OptionError
+        ``--workdir`` holds no demo data and ``--new`` is not given, or it is a file."""
     from orderedstream.core.errors import OptionError
     from orderedstream.dev.services.embedded import embedded_services
 

@@ -20,12 +20,32 @@ import pyarrow as pa
 
 
 def output_format(path: Path) -> str:
-    """``delta`` when ``path`` holds a Delta log, else ``parquet`` (fenced Parquet)."""
+    """The format of the output table at ``path``.
+
+    Parameters
+    ----------
+    path
+        The output table's local folder.
+
+    Returns
+    -------
+    str
+        ``"delta"`` when ``path`` holds a Delta log, else ``"parquet"`` (fenced Parquet)."""
     return "delta" if (Path(path) / "_delta_log").is_dir() else "parquet"
 
 
 def read_output(path: Path) -> pa.Table:
-    """The committed rows of the output table at ``path`` (local folder)."""
+    """The committed rows of the output table at ``path``, Delta or fenced Parquet.
+
+    Parameters
+    ----------
+    path
+        The output table's local folder.
+
+    Returns
+    -------
+    pyarrow.Table
+        Every committed row; files of failed attempts are not read."""
     if output_format(path) == "delta":
         from orderedstream.sinks.deltalog import DeltaOutput
 
@@ -37,8 +57,21 @@ def read_output(path: Path) -> pa.Table:
 
 def rebuilt_tables(table: pa.Table, sessions: int = 3, rows: int = 5,
                    ) -> list[tuple[str, list[tuple[str, str]], int]]:
-    """``(session, [(row, values)], total rows)`` of the first ``sessions`` sessions that
-    ended (their ``final`` snapshot), ``rows`` rows each."""
+    """The first sessions that ended, each rebuilt from its ``final`` snapshot rows.
+
+    Parameters
+    ----------
+    table
+        The output's rows (:func:`read_output`).
+    sessions
+        How many sessions, in session order.
+    rows
+        How many rows of each, in row-number order.
+
+    Returns
+    -------
+    list of tuple
+        ``(session, [(row, values), ...], total rows)`` per session."""
     finals = [r for r in table.select(["kind", "op", "session", "row", "values"]).to_pylist()
               if r["kind"] == "snapshot" and r["op"] == "final"]
     by_session: dict[str, list[tuple[str, str]]] = {}
@@ -57,7 +90,15 @@ def _row_number(row: str) -> tuple[int, str]:
 
 
 def print_tables(table: pa.Table, out: Callable[[str], None]) -> None:
-    """Print a few rebuilt session tables (row id -> values)."""
+    """Print the output's row counts by kind and a few rebuilt session tables (row id ->
+    values, long values cut).
+
+    Parameters
+    ----------
+    table
+        The output's rows (:func:`read_output`).
+    out
+        Where each line goes (e.g. ``print``)."""
     counts: dict[str, int] = {}
     for kind in table.column("kind").to_pylist():
         counts[kind] = counts.get(kind, 0) + 1
@@ -72,14 +113,29 @@ def print_tables(table: pa.Table, out: Callable[[str], None]) -> None:
 
 
 def commands(workdir: Path, state_url: str, storage_options: dict[str, Any]) -> list[str]:
-    """Copy-paste commands that work after the demo exited (the output is on local disk)."""
+    """Copy-paste commands that query the output (DuckDB, Polars, Spark) and read the state
+    after the demo exited; they work as the output is on local disk.
+
+    Parameters
+    ----------
+    workdir
+        The demo's work folder (its ``output/`` is the table).
+    state_url
+        The state location on the embedded S3.
+    storage_options
+        The embedded S3's storage options (its endpoint and credentials).
+
+    Returns
+    -------
+    list of str
+        Shell lines, comments (``#``) between the commands."""
     output = workdir / "output"
     py = shlex.quote(sys.executable)
     fmt = output_format(output)
     path = json.dumps(str(output))  # a double-quoted Python string literal
     if fmt == "delta":
         # DuckDB's own Parquet reader over exactly the committed files (delta-rs names them):
-        # to_pyarrow_table() here would abort the command at exit one time in two (deltalog).
+        # to_pyarrow_table() here can abort the command at exit (see sinks/deltalog.py).
         load = (f"from deltalake import DeltaTable; t = duckdb.read_parquet("
                 f"DeltaTable({path}).file_uris(), hive_partitioning=True)")
         polars = f"import polars as pl; df = pl.read_delta({path})"
@@ -123,8 +179,22 @@ def commands(workdir: Path, state_url: str, storage_options: dict[str, Any]) -> 
 
 
 def state_command(output: Path, state_url: str, storage_options: dict[str, Any]) -> str:
-    """Python source reading the ordered stage's state with ``format("rocksstate")``: the
-    versions the output table's last commit names, from the state location on S3."""
+    """Python source that reads the ordered stage's state with ``format("rocksstate")``: the
+    versions the output table's last commit names, from the state location on S3.
+
+    Parameters
+    ----------
+    output
+        The output table's folder (its last commit names the state versions).
+    state_url
+        The state location.
+    storage_options
+        The storage options for ``state_url``.
+
+    Returns
+    -------
+    str
+        One line of Python, for ``python -c``."""
     storage = json.dumps(json.dumps(storage_options, sort_keys=True))
     # The JVM starts Python workers with $PYSPARK_PYTHON: this venv's, where the source is.
     return ("import os, sys; from pyspark.sql import SparkSession; "
@@ -143,7 +213,23 @@ def state_command(output: Path, state_url: str, storage_options: dict[str, Any])
 def show_state(workdir: str | Path, partitions: int = 2, keys: int = 3,
                out: Callable[[str], None] = print) -> None:
     """Print a few keys of the demo's state (needs ``orderedstream services --workdir`` up):
-    the state versions the last committed batch names, read from the embedded S3."""
+    the state versions the last committed batch names, read from the embedded S3.
+
+    Parameters
+    ----------
+    workdir
+        The demo's work folder (its ``demo.json`` and ``services.json`` are read).
+    partitions
+        How many Kafka partitions to show.
+    keys
+        How many keys of each.
+    out
+        Where each line goes.
+
+    Raises
+    ------
+    OSError
+        The folder holds no ``demo.json`` or ``services.json`` (no demo ran there)."""
     from orderedstream.app.job.pipeline import JobOptions, make_processor
     from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY, s3_storage_options
 

@@ -32,24 +32,37 @@ MARKER = ".orderedstream-demo"
 
 @dataclass(frozen=True)
 class Workdir:
+    """The demo's work folder, as :func:`prepare` left it for this run."""
+
     root: Path
+    """The folder, absolute."""
     continues: bool
+    """Whether this run continues a previous run's checkpoint and services' data."""
     wave: int
     """How many runs this folder saw before this one (0: a clean start)."""
 
     @property
     def output(self) -> Path:
+        """The output table's folder."""
         return self.root / "output"
 
     @property
     def checkpoint(self) -> Path:
+        """The Spark checkpoint of the demo's query."""
         return self.root / "checkpoint"
 
     @property
     def log_path(self) -> Path:
+        """This run's log file for Spark, py4j and the Kafka clients."""
         return self.root / "logs" / f"run-{self.wave + 1}.log"
 
     def record_run(self, **fields: Any) -> None:
+        """Append this run, with the time it finished, to the folder's ``runs.json``.
+
+        Parameters
+        ----------
+        **fields
+            What to keep about the run (e.g. ``verdict``, ``batches``), JSON-ready."""
         runs = _runs(self.root)
         runs.append({"run": self.wave + 1, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
                      **fields})
@@ -72,7 +85,25 @@ def _has_previous_run(root: Path) -> dict[str, bool]:
 
 
 def prepare(root: Path, *, clean: bool) -> Workdir:
-    """Create, clean or reopen the demo's folder; says nothing (the caller reports)."""
+    """Create, clean or reopen the demo's folder; says nothing (the caller reports).
+
+    Parameters
+    ----------
+    root
+        The folder (``--workdir``); created if missing.
+    clean
+        Delete the folder's contents first (only a folder the demo made).
+
+    Returns
+    -------
+    Workdir
+        The folder, with whether this run continues and its wave.
+
+    Raises
+    ------
+    OptionError
+        ``root`` is a file; it holds files the demo did not make; or it holds part of a
+        previous run only (checkpoint, Kafka or S3 data missing)."""
     root = Path(root).absolute()
     if root.exists() and not root.is_dir():
         raise OptionError(f"--workdir {root} is a file; give a folder (created if missing)")

@@ -48,10 +48,33 @@ def embedded_session(app_name: str, *, master: str = DEFAULT_MASTER,
                      tmp_dir: Path | None = None, java_options: str = "") -> Any:
     """The main job's local session on this machine, process tuning on (see the module).
 
-    ``java_options`` go to the driver JVM besides the job's (e.g. a log4j2 configuration);
-    ``tmp_dir``: Spark's scratch space and the JVM's temp folder. An environment that sets
-    ``ORDEREDSTREAM_PROCESS_TUNING`` itself keeps its value (``0``: the same session, its
-    processes untuned, for measurements)."""
+    An environment that sets ``ORDEREDSTREAM_PROCESS_TUNING`` itself keeps its value (``0``:
+    the same session, its processes untuned, for measurements).
+
+    Parameters
+    ----------
+    app_name
+        The application's name.
+    master
+        A local Spark master URL (``local[...]``).
+    tmp_dir
+        Spark's scratch space and the JVM's temp folder; None: Spark's defaults.
+    java_options
+        Driver JVM options besides the job's (e.g. a log4j2 configuration).
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+        The session.
+
+    Raises
+    ------
+    OptionError
+        ``master`` is not a local master.
+
+    Runs on
+    -------
+    driver"""
     if not master.startswith("local"):
         raise OptionError(f"master {master!r}: the embedded session runs on a local master "
                           "(local[...]); a cluster gets a plain SparkSession")

@@ -28,7 +28,24 @@ _STAMP_NAME = ".orderedstream-build-stamp"
 
 
 def shim_version(source_dir: Path = SOURCE_DIR) -> str:
-    """The version in ``jvm-shim/pom.xml`` (the jar is named after it)."""
+    """The version in ``jvm-shim/pom.xml`` (the jar is named after it).
+
+    Parameters
+    ----------
+    source_dir
+        The shim's Maven module.
+
+    Returns
+    -------
+    str
+        The shim's version.
+
+    Raises
+    ------
+    OSError
+        ``source_dir`` has no ``pom.xml``.
+    ShimBuildError
+        The pom names no version of ``orderedstream-shim``."""
     pom = (source_dir / "pom.xml").read_text()
     match = re.search(r"<artifactId>orderedstream-shim</artifactId>\s*<version>([^<]+)</version>",
                       pom)
@@ -77,10 +94,31 @@ def build(*, quiet: bool = False, force: bool = False, with_tests: bool = False,
           source_dir: Path = SOURCE_DIR, announce: bool = False) -> Path:
     """Build the shim jar if its sources changed and copy it to ``orderedstream/jars/``.
 
-    A stamp (hash of pom, sources and pyspark's Spark jars) makes a second run take well
-    under a second. ``with_tests`` runs the JUnit tests too (otherwise ``-DskipTests``).
-    Returns the bundled jar's path. ``announce``: say when a build starts and ends (even
-    with ``quiet``, which only silences Maven).
+    A stamp (hash of pom, sources and pyspark's Spark jars) makes a second run with nothing
+    changed a hash check only, without Maven.
+
+    Parameters
+    ----------
+    quiet
+        Silence Maven and the closing line (failures still carry Maven's output).
+    force
+        Build even when the stamp matches.
+    with_tests
+        Run the JUnit tests too (otherwise ``-DskipTests``); always builds.
+    source_dir
+        The shim's Maven module.
+    announce
+        Say when a build starts and ends (even with ``quiet``).
+
+    Returns
+    -------
+    pathlib.Path
+        The bundled jar in ``orderedstream/jars/``.
+
+    Raises
+    ------
+    ShimBuildError
+        No source checkout, no pyspark jars, no ``mvn``, or the Maven build failed.
     """
     if not (source_dir / "pom.xml").is_file():
         raise ShimBuildError(f"no {source_dir / 'pom.xml'}: the shim is built from a source "
@@ -118,12 +156,35 @@ def build(*, quiet: bool = False, force: bool = False, with_tests: bool = False,
 
 
 def run_tests(*, quiet: bool = False, source_dir: Path = SOURCE_DIR) -> None:
-    """Run the shim's JUnit tests (``mvn test``); raises ShimBuildError when one fails."""
+    """Run the shim's JUnit tests (``mvn test``).
+
+    Parameters
+    ----------
+    quiet
+        Silence Maven (a failure still carries its output).
+    source_dir
+        The shim's Maven module.
+
+    Raises
+    ------
+    ShimBuildError
+        A test failed, or ``mvn`` or pyspark's jars are missing."""
     _maven(["test"], source_dir, _spark_jars_dir(), quiet)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m orderedstream.dev.shim {build,test,path}``."""
+    """``python -m orderedstream.dev.shim {build,test,path}``.
+
+    Parameters
+    ----------
+    argv
+        The arguments (``--help`` lists them); None: ``sys.argv``.
+
+    Returns
+    -------
+    int
+        The exit code: 0 on success, 1 when the build or tests failed or no jar is built
+        (the reason on stderr)."""
     parser = argparse.ArgumentParser(prog="python -m orderedstream.dev.shim",
                                      description="Build and test the orderedstream JVM shim.")
     commands = parser.add_subparsers(dest="command", required=True)

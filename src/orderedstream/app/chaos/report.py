@@ -28,17 +28,33 @@ class ChaosReport:
 
     @property
     def total_faults(self) -> int:
+        """The number of faults injected, summed over every kind in :attr:`faults`."""
         return sum(self.faults.values())
 
     @property
     def ok(self) -> bool:
+        """Whether the verification found nothing wrong: no record lost, duplicated or out
+        of order, no dead letter missing and every final table as expected."""
         return not (self.lost or self.duplicated or self.out_of_order
                     or self.dead_letters_missing or self.wrong_final_tables)
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready mapping.
+
+        Returns
+        -------
+        dict
+            Every field of the report, plus ``total_faults`` and ``ok``."""
         return {**asdict(self), "total_faults": self.total_faults, "ok": self.ok}
 
     def markdown(self) -> str:
+        """The report as a short Markdown document: the faults, the restarts, the counts
+        checked, what went wrong and the verdict, then the examples found.
+
+        Returns
+        -------
+        str
+            The document, ending with a newline."""
         lines = ["# Chaos run", "",
                  f"- faults survived: {self.total_faults} "
                  + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())),

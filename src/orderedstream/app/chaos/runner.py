@@ -1,20 +1,13 @@
 """The chaos run: the main job under kills and faults, then a verification against Kafka.
 
-The job runs as a separate process (``orderedstream run``), as in production. Between restarts
-one fault is injected at a random moment:
-
-- ``kill_driver``: SIGKILL the job's whole process group (driver, its JVM, Python workers);
-- ``kill_worker``: SIGKILL one Spark Python worker process (a task fails and is retried);
-- ``kill_broker``: SIGKILL the Kafka broker and restart it on the same data;
-- ``stop_s3``: stop SeaweedFS for a few seconds, then start it again;
-- ``s3_faults``: for a while, the S3 proxy answers 503/500, stalls, drops requests and drops
-  responses of requests that took effect;
-- ``kill_spark_worker`` (with ``cluster=True``: the job runs on a Spark standalone cluster of
-  two workers): SIGKILL a worker and its executor JVM, restart the worker a little later.
-
-A job process that dies from a fault is restarted from its checkpoint; the time from its start
-to its next committed batch is its recovery time. At the end the faults stop, the job drains
-Kafka (Trigger.AvailableNow) and the output is compared with the topics.
+The job runs as its own process (``orderedstream run``); one fault at a time, at a random
+moment: ``kill_driver`` (SIGKILL its process group), ``kill_worker`` (a Spark Python worker),
+``kill_broker`` (Kafka, restarted on its data), ``stop_s3`` (SeaweedFS, for a few seconds),
+``s3_faults`` (the S3 proxy answers 503/500, stalls, drops requests and responses for a while),
+``kill_spark_worker`` (``--cluster``: a standalone worker and its executor, restarted later).
+A killed job restarts from its checkpoint; the time to its next committed batch is a recovery
+time. At the end the job drains Kafka (Trigger.AvailableNow) and the output is compared with
+the topics.
 """
 
 from __future__ import annotations
@@ -60,10 +53,8 @@ class ChaosRun:
                  max_offsets_per_trigger: int = 1500, out: Any = print,
                  cluster: bool = False, batch_timeout: float = 300.0,
                  store: str = "s3") -> None:
-        """``store``: where the job's state and output live: "s3" (SeaweedFS behind the
-        faulty proxy), "azure" (Azurite) or "gcs" (fake-gcs-server: the state there, the Delta
-        output on local disk, as delta-rs cannot write to that emulator). The S3 faults run
-        only with "s3"."""
+        """``store``: "s3" (SeaweedFS behind the faulty proxy: the S3 faults), "azure" (Azurite)
+        or "gcs" (fake-gcs-server; Delta output on local disk: delta-rs cannot write there)."""
         if store not in ("s3", "azure", "gcs"):
             raise ValueError(f"store {store!r}: give 's3', 'azure' or 'gcs'")
         self.store = store
@@ -123,6 +114,12 @@ class ChaosRun:
         return -1 if latest is None else latest
 
     def start_job(self, available_now: bool = False) -> None:
+        """Start the job in its own process group, logging to the workdir's ``job.log``.
+
+        Parameters
+        ----------
+        available_now
+            Drain what Kafka holds and exit (``--available-now``) instead of running on."""
         assert self.opts is not None
         argv = [sys.executable, "-m", "orderedstream.app.cli", "run",
                 "--bootstrap-servers", self.opts.bootstrap, "--output", self.opts.output,
@@ -138,14 +135,12 @@ class ChaosRun:
         log.write(f"\n=== job start {time.strftime('%X')} {' '.join(argv[3:])}\n".encode())
         log.flush()
         env = {**os.environ, **self._store_env(), "PYSPARK_PYTHON": sys.executable,
-               # On the cluster the job's session is a plain one: the shim's jar (sticky
-               # placement) and the executors' S3 credentials are given as a user gives
-               # them, through Spark's own options.
+               # On the cluster a plain session: the shim's jar and the executors' S3
+               # credentials come through Spark's own options, as a user gives them.
                **self._submit_env(),
                "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_LOCAL_DIRS": str(self.workdir / "spark-local"),
-               # The job's JVM is killed on purpose: its spark-<uuid> temp folders stay in the
-               # workdir instead of the system temp dir.
+               # A killed JVM's spark-<uuid> temp folders stay in the workdir, not in /tmp.
                "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={self.workdir / 'jvm-tmp'}"}
         (self.workdir / "jvm-tmp").mkdir(parents=True, exist_ok=True)
         self.job = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
@@ -154,9 +149,8 @@ class ChaosRun:
         self.job_started = time.monotonic()
 
     def _submit_env(self) -> dict[str, str]:
-        """``PYSPARK_SUBMIT_ARGS`` of the job on the cluster: the executors' S3 credentials
-        (``spark.executorEnv.*``: an executor has its worker's environment, not the driver's)
-        and the shim's jar."""
+        """The job's ``PYSPARK_SUBMIT_ARGS`` on the cluster: the shim's jar and the executors'
+        S3 credentials (``spark.executorEnv.*``: an executor has its worker's environment)."""
         if self.cluster is None or "PYSPARK_SUBMIT_ARGS" in os.environ:
             return {}
         args = [f"--conf spark.executorEnv.{k}={v}" for k, v in self.s3.aws_env().items()]
@@ -166,16 +160,27 @@ class ChaosRun:
         return {"PYSPARK_SUBMIT_ARGS": " ".join([*args, "pyspark-shell"])}
 
     def job_alive(self) -> bool:
+        """Whether the job process is running."""
         return self.job is not None and self.job.poll() is None
 
     def kill_job(self) -> None:
+        """SIGKILL the job's process group (driver, JVM, Python workers), if it runs."""
         if self.job is not None and self.job.poll() is None:
             os.killpg(self.job.pid, signal.SIGKILL)
             self.job.wait(30)
 
     def ensure_job(self, since: float | None = None) -> None:
-        """Restart the job if a fault killed it; wait for its next committed batch. The time
-        from ``since`` (when the last fault ended) to that batch is a recovery time."""
+        """Restart the job if a fault killed it; wait for its next committed batch.
+
+        Parameters
+        ----------
+        since
+            When the last fault ended (``time.monotonic()``), to keep a recovery time; or None.
+
+        Raises
+        ------
+        RuntimeError
+            No batch was committed within the batch timeout."""
         if not self.job_alive():
             self.report.job_restarts += 1
             self.start_job()
@@ -196,7 +201,14 @@ class ChaosRun:
 
     # ---- faults --------------------------------------------------------------------------------
     def inject(self, fault: str) -> None:
-        time.sleep(self.rng.uniform(0.2, 4.0))  # a random moment of the running batch
+        """Inject ``fault`` at a random moment of the running batch and count it.
+
+        Parameters
+        ----------
+        fault
+            One of :data:`CLUSTER_FAULTS` (the S3 ones need the "s3" store); ``kill_worker``
+            with no Python worker running becomes ``kill_driver``."""
+        time.sleep(self.rng.uniform(0.2, 4.0))
         if fault == "kill_driver":
             self.kill_job()
         elif fault == "kill_worker":
@@ -259,8 +271,8 @@ class ChaosRun:
     _producer_error: BaseException | None = None
 
     def _create_topic(self, name: str, partitions: int, attempts: int = 3) -> None:
-        """Create a generator topic; a broker slow to answer (a loaded machine, a restart) gets
-        ``attempts`` tries, and a topic an earlier timed-out try created counts as made."""
+        """Create a generator topic in up to ``attempts`` tries (a slow broker); a topic an
+        earlier timed-out try created counts as made."""
         from confluent_kafka import KafkaException
 
         for attempt in range(1, attempts + 1):
@@ -300,6 +312,17 @@ class ChaosRun:
 
     # ---- the run -----------------------------------------------------------------------------
     def run(self) -> ChaosReport:
+        """Run the job under the fault schedule while data flows, then drain and verify.
+
+        Returns
+        -------
+        ChaosReport
+            The faults, restarts, recovery times and the verification.
+
+        Raises
+        ------
+        RuntimeError
+            The generator failed, no batch came in time or the drain failed."""
         began = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.kafka.start()
@@ -389,6 +412,17 @@ class ChaosRun:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: run the chaos run, write its report to the workdir and print it.
+
+    Parameters
+    ----------
+    argv
+        The arguments (``--help`` lists them); None: ``sys.argv``.
+
+    Returns
+    -------
+    int
+        The exit code: 0 when the report is OK, 1 otherwise."""
     import argparse
     import tempfile
 

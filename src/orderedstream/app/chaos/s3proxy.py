@@ -54,9 +54,22 @@ class FaultyS3Proxy:
 
     @property
     def endpoint(self) -> str:
+        """The proxy's URL (``http://127.0.0.1:<port>``), to give clients as their S3
+        endpoint."""
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> FaultyS3Proxy:
+        """Start serving on a thread of its own (a daemon thread with its event loop).
+
+        Returns
+        -------
+        FaultyS3Proxy
+            This proxy, serving.
+
+        Raises
+        ------
+        RuntimeError
+            The proxy was not listening within 10 seconds."""
         self._thread = threading.Thread(target=self._serve, name="s3-chaos-proxy", daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
@@ -90,7 +103,14 @@ class FaultyS3Proxy:
         self._loop.close()
 
     def force(self, *faults: str) -> None:
-        """Inject exactly these faults into the next requests (e.g. "drop_response")."""
+        """Inject exactly these faults into the next requests, in order, before the rates
+        decide again.
+
+        Parameters
+        ----------
+        *faults
+            Fault names: "slow_down", "internal_error", "stall", "drop_request",
+            "drop_response" or "pass" (forward untouched)."""
         self.forced.extend(faults)
 
     def _decide(self) -> str:

@@ -6,7 +6,7 @@ folder, environment and arguments to the server, which forks a warm copy of itse
 module, and then stands in for that process: Spark holds this process as its Python worker, so
 a signal to it goes to the forked process, and it exits when that process does, with its exit
 code. Where the server cannot be reached it runs the module itself (``exec`` of ``PYTHON``).
-Imports only what ``-I -S`` finds in the standard library: it starts in a few milliseconds.
+Imports only what ``-I -S`` finds in the standard library, so that it starts at once.
 ``--reap`` is the retired server's last role (``reap``).
 """
 
@@ -67,7 +67,7 @@ def _wait_exit(conn: socket.socket, pid: int) -> int:
             watched.remove(conn)  # the server stopped: wait for the process itself
         if pidfd is not None and pidfd in ready:
             # Ended: the server's word follows once it has reaped the process (a SIGCHLD away,
-            # but seconds on a loaded machine: a 1 s wait here gave 0 for a killed process),
+            # but slow on a loaded machine: a short wait here gave 0 for a killed process),
             # or the connection closes if the server ended meanwhile.
             if conn in watched and select.select([conn], [], [], _WORD_WAIT_S)[0]:
                 code = _receive_int(conn)
@@ -88,6 +88,25 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
+    """Hand the run to the fork server and stand in for the forked process; where the server
+    cannot be reached or refuses, ``exec`` the interpreter instead (this call then does not
+    return).
+
+    Parameters
+    ----------
+    argv
+        ``SOCKET PYTHON -m MODULE [ARGS]``: the server's socket, the interpreter, and the
+        arguments of the run.
+
+    Returns
+    -------
+    int
+        The forked process's exit code (128 + the signal's number when a signal ended it;
+        0 when the server stopped before it could tell).
+
+    Runs on
+    -------
+    driver (a process Spark's driver JVM starts)"""
     sock_path, python, rest = argv[0], argv[1], argv[2:]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -133,8 +152,26 @@ def reap(parent: int, folder: str, pairs: list[str]) -> int:
     """A retired server's last job (``forkserve`` ``exec``s this with the connections of its
     running processes, ``FD:PID``): tell each client its process's exit code once it ends, and
     remove the server's ``folder`` (the launcher) when the driver (``parent``) ends without
-    doing so itself (killed). A process of a few MiB instead of the warm server; the
-    processes stay its children, in the driver's process tree."""
+    doing so itself (killed). A small process instead of the warm server; the processes stay
+    its children, in the driver's process tree.
+
+    Parameters
+    ----------
+    parent
+        The driver's process id.
+    folder
+        The server's folder (its socket and launcher).
+    pairs
+        ``FD:PID`` of each running process: its client's connection and its id.
+
+    Returns
+    -------
+    int
+        0, once the driver has ended.
+
+    Runs on
+    -------
+    driver (the retired fork server's process)"""
     conns = {int(pid): int(fd) for fd, pid in (pair.split(":") for pair in pairs)}
     wake_r, _ = sigchld_wakeup()
     try:
@@ -173,7 +210,12 @@ def sigchld_wakeup() -> tuple[int, int]:
 
 
 def drain(fd: int) -> None:
-    """Read what the signal wake-up pipe holds."""
+    """Read what the signal wake-up pipe holds, until it is empty.
+
+    Parameters
+    ----------
+    fd
+        The pipe's non-blocking read end (from :func:`sigchld_wakeup`)."""
     try:
         while os.read(fd, 512):
             pass
@@ -183,7 +225,13 @@ def drain(fd: int) -> None:
 
 def report_exits(conns: dict[int, int]) -> None:
     """Reap the children that ended and write each one's exit code (negative: its signal) to
-    its client's connection ``conns[pid]``, which is then closed."""
+    its client's connection, which is then closed.
+
+    Parameters
+    ----------
+    conns
+        Child pid -> its client's connection (a file descriptor); each reported one is
+        removed."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

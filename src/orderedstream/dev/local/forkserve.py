@@ -86,7 +86,25 @@ def _read_request(conn: socket.socket, routed: tuple[str, ...]
 
 def serve(sock_path: str, parent: int, routed: tuple[str, ...],
           preload: tuple[str, ...] = ()) -> None:
-    """The server's loop: accept, fork, report exits; until the parent is gone or SIGTERM."""
+    """The server's loop: accept, fork, report exits; until the parent is gone or SIGTERM.
+    Then, with forked processes still running and the driver alive, the process retires into
+    ``forkclient.reap`` (an ``exec``: this call does not return); a killed driver's folder is
+    removed.
+
+    Parameters
+    ----------
+    sock_path
+        The Unix socket to listen on (published by a rename once it listens).
+    parent
+        The driver's process id: the loop ends when it is no longer this process's parent.
+    routed
+        The modules whose ``python -m`` runs are accepted; other requests are refused.
+    preload
+        Modules to import before forking, besides :data:`PRELOAD` and ``routed``.
+
+    Runs on
+    -------
+    driver (the fork server's process)"""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the driver to handle
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -142,8 +160,8 @@ def serve(sock_path: str, parent: int, routed: tuple[str, ...],
 
 def _retire(waiting: dict[int, int], parent: int, folder: str) -> NoReturn:
     """Become ``forkclient.reap`` for the processes still running (same pid: they stay this
-    process's children), handing it their clients' connections; it stays, a few MiB, until
-    the driver ends."""
+    process's children), handing it their clients' connections; it stays, a small process,
+    until the driver ends."""
     for fd in waiting.values():
         os.set_inheritable(fd, True)
     pairs = [f"{fd}:{pid}" for pid, fd in waiting.items()]
@@ -245,6 +263,13 @@ def _run(module: str) -> int:
 
 
 def main(argv: list[str]) -> NoReturn:
+    """``python -m orderedstream.dev.local.forkserve``: run :func:`serve`, then end the process
+    without the interpreter's teardown.
+
+    Parameters
+    ----------
+    argv
+        ``SOCKET PARENT_PID ROUTED PRELOAD``, the last two comma-separated module names."""
     serve(argv[0], int(argv[1]), tuple(m for m in argv[2].split(",") if m),
           tuple(m for m in argv[3].split(",") if m))
     sys.stderr.flush()

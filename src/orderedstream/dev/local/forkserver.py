@@ -4,17 +4,18 @@ In a local session Spark starts a fresh interpreter for each planning step of a 
 Source (``python -m pyspark.daemon pyspark.sql.worker.lookup_data_sources``, then
 ``create_data_source``, ``plan_data_source_read``) and one for the streaming source
 (``python -m pyspark.sql.streaming.python_streaming_source_runner``). Each imports pyspark,
-pyarrow and the pack's source again, 0.2-0.4 s of CPU, and the source runner's start lies
-between a query's start and its first batch. The server imports those once and forks a warm
-copy per process. Spark is given a launcher as its Python executable: it sends the runs of
-``ROUTED`` modules to the server through ``forkclient`` and ``exec``s the interpreter for
-everything else (the stage's worker daemon above all), as it does when no server answers.
+pyarrow and the pack's source again, and the source runner's start lies between a query's
+start and its first batch (docs/decisions/0008-fork-server.md). The server imports those once
+and forks a warm copy per process. Spark is given a launcher as its Python executable: it sends
+the runs of ``ROUTED`` modules to the server through ``forkclient`` and ``exec``s the
+interpreter for everything else (the stage's worker daemon above all), as it does when no
+server answers.
 
 The forked process (``orderedstream.dev.local.forkserve``) gets the client's standard streams,
 environment, working folder and arguments, and Python's path as ``python -m`` would build it
 from that environment; Spark sees the client (``forkclient``) as the process, which stands in
 for it (signals in, exit code out; its death ends the process). ``stop`` (the pack calls it
-once the query's first batch runs) ends the forking: the server retires into a few-MiB reaper,
+once the query's first batch runs) ends the forking: the server retires into a small reaper,
 so the processes it forked stay in the driver's process tree. Either ends with the driver,
 removing the folder, also when the driver is killed.
 """
@@ -40,9 +41,9 @@ streaming source runner); they are also imported first, for what they import."""
 
 VERSION_CHECK = "import sys; print('%d.%d' % sys.version_info[:2])"
 """What Spark's JVM runs as ``python -c`` (``PythonUtils.getPythonVersion``) before it starts a
-Python planner step or streaming source runner: five times in a query's start here, each a
-fresh interpreter (30-40 ms of CPU, 60-80 ms one after the other in ``load()``) to print two
-numbers the launcher already knows. The launcher answers it itself."""
+Python planner step or streaming source runner: several times in a query's start, each a fresh
+interpreter, one after the other in ``load()``, to print two numbers the launcher already
+knows. The launcher answers it itself."""
 
 DISABLE_ENV = "ORDEREDSTREAM_FORK_SERVER"
 """``0`` turns the fork server off (Spark then starts every Python process itself)."""
@@ -59,7 +60,7 @@ class ForkServer:
 
     def stop(self) -> None:
         """Stop forking: the launcher starts the interpreter from now on. The server process
-        retires into ``forkclient.reap`` (a few MiB): the processes it forked stay in this
+        retires into ``forkclient.reap`` (a small process): the processes it forked stay in this
         process's tree and their launchers learn their exit codes, and it removes the folder
         if this process is killed."""
         if not self._stopped:
@@ -72,8 +73,8 @@ class ForkServer:
         """End the server, retired or not, and remove the folder with the launcher (at exit:
         the processes it forked end with Spark's JVM, which ends with this process; their
         launchers then learn of it themselves). Killed without a wait: a retired server
-        ends only when this process does (``forkclient.reap``), so waiting for it only
-        delayed every exit by its full timeout (0.5 s)."""
+        ends only when this process does (``forkclient.reap``), so waiting for it would only
+        delay every exit by the wait's full timeout."""
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
@@ -90,9 +91,29 @@ def start(python: str, *, environment: Mapping[str, str] | None = None,
     ``environment`` (the one Spark's Python processes get from the driver JVM, which the
     forked processes inherit where they are set at start, as ``MALLOC_ARENA_MAX``) for the
     ``python -m`` runs of ``routed`` modules, having imported ``forkserve.PRELOAD`` and ``preload``
-    (what they will import: a Data Source's module). None when turned off
-    (``ORDEREDSTREAM_FORK_SERVER=0``) or not possible here (no folder whose socket path fits
-    Linux's 107 bytes on a file system that runs programs)."""
+    (what they will import: a Data Source's module).
+
+    Parameters
+    ----------
+    python
+        The interpreter Spark would run (its Python executable).
+    environment
+        Variables over this process's for the server (and so for the processes it forks).
+    routed
+        The modules whose ``python -m`` runs the launcher sends to the server.
+    preload
+        Modules the server imports besides ``forkserve.PRELOAD``.
+
+    Returns
+    -------
+    ForkServer or None
+        The server, starting in the background; None when turned off
+        (``ORDEREDSTREAM_FORK_SERVER=0``), off Linux, or not possible here (no folder whose
+        socket path fits Linux's 107 bytes on a file system that runs programs).
+
+    Runs on
+    -------
+    driver"""
     if os.environ.get(DISABLE_ENV, "").strip() == "0" or not sys.platform.startswith("linux"):
         return None
     folder = _private_folder()
@@ -136,7 +157,18 @@ def _close_all() -> None:
 
 def python_version(python: str) -> str | None:
     """``python``'s ``major.minor`` as ``VERSION_CHECK`` prints it (this interpreter's when it
-    is the same file, else asked once); None when it cannot be told."""
+    is the same file, else asked once).
+
+    Parameters
+    ----------
+    python
+        The interpreter's path.
+
+    Returns
+    -------
+    str or None
+        ``"<major>.<minor>"``; None when it cannot be told (it did not run or answered
+        something else)."""
     try:
         if os.path.samefile(python, sys.executable):
             return f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -151,8 +183,23 @@ def python_version(python: str) -> str | None:
 def launcher_script(python: str, sock: str, routed: tuple[str, ...] = ROUTED, *,
                     version: str | None = None) -> str:
     """The executable Spark runs as Python: ``routed`` modules to the server, Spark's
-    ``VERSION_CHECK`` answered with ``version`` (when given: ``python``'s), the rest to
-    ``python`` itself."""
+    ``VERSION_CHECK`` answered with ``version``, the rest to ``python`` itself.
+
+    Parameters
+    ----------
+    python
+        The interpreter to run (itself, or through the fork client).
+    sock
+        The server's Unix socket; while it exists, ``routed`` runs go there.
+    routed
+        The modules whose ``python -m`` runs go to the server.
+    version
+        ``python``'s ``major.minor``; None: the version check runs ``python`` too.
+
+    Returns
+    -------
+    str
+        The ``/bin/sh`` script's text."""
     py, client, path = shlex.quote(python), shlex.quote(forkclient.__file__), shlex.quote(sock)
     modules = "|".join(shlex.quote(m) for m in routed)
     answer = ("" if version is None else

@@ -22,15 +22,61 @@ class LocalSessionTuning:
     """``orderedstream.core.tuning.SessionTuning`` of the embedded local session."""
 
     def share_python_workers(self, spark: Any) -> bool:
+        """One pool of Python workers for the source's reads and the stage: see
+        :func:`share_python_workers`.
+
+        Parameters
+        ----------
+        spark
+            The session.
+
+        Returns
+        -------
+        bool
+            True when shared."""
         return share_python_workers(spark)
 
     def release_planner_workers(self, spark: Any) -> list[str]:
+        """Stop Spark's idle planner workers: see :func:`release_planner_workers`.
+
+        Parameters
+        ----------
+        spark
+            The session.
+
+        Returns
+        -------
+        list of str
+            The worker modules whose pools were stopped."""
         return release_planner_workers(spark)
 
     def start_query(self, spark: Any, writer: Any, checkpoint: str) -> Any:
         """``writer.start()`` with the checkpoint file manager of :func:`local_checkpoint_manager`
         for a local checkpoint (the setting is set for that call only, so other queries of the
-        session keep their own)."""
+        session keep their own).
+
+        Parameters
+        ----------
+        spark
+            The session.
+        writer
+            The query's ``DataStreamWriter``, its checkpoint location set.
+        checkpoint
+            That checkpoint location.
+
+        Returns
+        -------
+        pyspark.sql.streaming.StreamingQuery
+            The started query.
+
+        Raises
+        ------
+        Exception
+            Whatever ``writer.start()`` raises (the setting is unset all the same).
+
+        Runs on
+        -------
+        driver"""
         manager = local_checkpoint_manager(spark, checkpoint)
         if manager is None:
             return writer.start()
@@ -55,7 +101,21 @@ def share_python_workers(spark: Any) -> bool:
     only ``PYTHONPATH`` (Spark's Python path), pyspark's carry ``PYSPARK_PYTHON`` and
     ``PYTHONHASHSEED``. In local mode the workers inherit those two from the driver JVM with the
     same values, so they are left out and ``PYTHONPATH`` added: every worker's environment is
-    what it was. True when shared; elsewhere (a cluster, other settings) nothing changes.
+    what it was. Elsewhere (a cluster, other settings) nothing changes.
+
+    Parameters
+    ----------
+    spark
+        The session (classic, with a JVM).
+
+    Returns
+    -------
+    bool
+        True when shared, False when nothing changed.
+
+    Runs on
+    -------
+    driver
     """
     sc = spark.sparkContext
     if not str(sc.master).startswith("local"):
@@ -80,7 +140,8 @@ def share_python_workers(spark: Any) -> bool:
 
 FORKLESS_CHECKPOINT_MANAGER = "orderedstream.shim.ForklessCheckpointFileManager"
 """The shim's manager: Spark's ``FileSystem`` one whose local filesystem sets file modes with
-``java.nio`` instead of a ``chmod`` process per file (4 per micro-batch otherwise)."""
+``java.nio`` instead of a ``chmod`` process per file
+(docs/decisions/0003-local-checkpoint-file-manager.md)."""
 #: Checkpoint file managers over Hadoop's ``FileSystem`` API, the first one loadable wins: the
 #: shim's, then Spark's own (Spark 4 name, then 3.x).
 FS_CHECKPOINT_MANAGERS = (
@@ -96,13 +157,30 @@ def local_checkpoint_manager(spark: Any, checkpoint: str) -> str | None:
 
     Spark's default manager goes through Hadoop's ``FileContext``, whose local filesystem
     starts a ``readlink`` process (``FileUtil.readLink``) for every existence check of a
-    rename: 16 processes per micro-batch for the offset and commit logs, 30-40 ms of each
-    of ``walCommit`` and ``commitOffsets``. The ``FileSystem`` manager renames with
-    ``java.io.File`` (atomic on a local disk) and starts none. Without Hadoop's native library
-    (pyspark ships none) its filesystem still starts a ``chmod`` process for every file it
-    creates (4-5 ms each, 4 per batch: the logs' files and their checksums); the shim's
-    subclass of it (``FORKLESS_CHECKPOINT_MANAGER``, when the shim's jar is on the driver)
-    sets the same modes without one."""
+    rename of the offset and commit logs, which slows each batch's ``walCommit`` and
+    ``commitOffsets``. The ``FileSystem`` manager renames with ``java.io.File`` (atomic on a
+    local disk) and starts none. Without Hadoop's native library (pyspark ships none) its
+    filesystem still starts a ``chmod`` process for every file it creates (the logs' files and
+    their checksums); the shim's subclass of it (``FORKLESS_CHECKPOINT_MANAGER``, when the
+    shim's jar is on the driver) sets the same modes without one
+    (docs/decisions/0003-local-checkpoint-file-manager.md).
+
+    Parameters
+    ----------
+    spark
+        The session (classic; under Spark Connect the answer is None).
+    checkpoint
+        The query's checkpoint location.
+
+    Returns
+    -------
+    str or None
+        The manager's class name, the first of :data:`FS_CHECKPOINT_MANAGERS` the driver can
+        load.
+
+    Runs on
+    -------
+    driver"""
     if spark.conf.get(CHECKPOINT_MANAGER_CONF, None):
         return None
     try:  # no JVM here (Spark Connect): Spark's default manager
@@ -135,8 +213,8 @@ _shim_classes: dict[str, tuple[Any, Any]] = {}
 def _shim_class(spark: Any, name: str) -> Any | None:
     """The JVM class ``name`` of the shim on this session's driver, or None (no jar, no JVM).
 
-    Kept per gateway (one py4j round trip per package level, 0.7 ms, otherwise per call: the
-    batch function asks every batch); a new session's gateway looks it up again."""
+    Kept per gateway (else one py4j round trip per package level on every call, and the batch
+    function asks every batch); a new session's gateway looks it up again."""
     jvm = getattr(spark, "_jvm", None)
     if jvm is None or getattr(spark, "_jsparkSession", None) is None:
         return None
@@ -163,12 +241,26 @@ def release_planner_workers(spark: Any) -> list[str]:
 
     Spark plans a Python Data Source (``orderedkafka``) in Python on the driver, one worker
     module per step (``pyspark.sql.worker.lookup_data_sources``, ``create_data_source``,
-    ``plan_data_source_read``), each with its own ``pyspark.daemon`` and an idle forked worker:
-    about 110 MiB of resident memory per module, kept until the SparkEnv stops although a
-    streaming query plans only when it starts. The shim stops the pools whose workers are all
-    idle, under the lock Spark takes to hand workers out; a later plan (a restarted query, a new
-    query) starts them again. Without the shim (or without a JVM: Spark Connect) nothing
-    happens and [] is returned.
+    ``plan_data_source_read``), each with its own ``pyspark.daemon`` and an idle forked worker,
+    whose memory is kept until the SparkEnv stops although a streaming query plans only when it
+    starts (docs/decisions/0010-planner-worker-release.md). The shim stops the pools whose
+    workers are all idle, under the lock Spark takes to hand workers out; a later plan (a
+    restarted query, a new query) starts them again.
+
+    Parameters
+    ----------
+    spark
+        The session.
+
+    Returns
+    -------
+    list of str
+        The worker modules whose pools were stopped; [] without the shim, without a JVM
+        (Spark Connect) or when Spark's internals changed.
+
+    Runs on
+    -------
+    driver
     """
     cls = _shim_class(spark, PLANNER_WORKERS_CLASS)
     if cls is None:
@@ -178,7 +270,7 @@ def release_planner_workers(spark: Any) -> list[str]:
     try:
         released = cls.releasePlanners()
         # By index, not by iterating: py4j ends an iteration with a Java exception whose
-        # stack trace it fetches, 6-15 ms per batch for the usual empty list.
+        # stack trace it fetches, a cost paid every batch even for the usual empty list.
         return [str(released.get(i)) for i in range(released.size())]
     except Py4JError as exc:  # Spark internals changed: the pools stay, as without the shim
         _log.info("Spark's planner Python workers are kept: %s", str(exc).splitlines()[0])
@@ -186,8 +278,21 @@ def release_planner_workers(spark: Any) -> list[str]:
 
 
 def python_worker_pools(spark: Any) -> dict[str, int]:
-    """Worker module -> live Python workers of each pool in the driver's SparkEnv ({} without
-    the shim). For tests and diagnostics."""
+    """The Python worker pools in the driver's SparkEnv. For tests and diagnostics.
+
+    Parameters
+    ----------
+    spark
+        The session.
+
+    Returns
+    -------
+    dict of str to int
+        Worker module -> live workers of its pool; {} without the shim or a JVM.
+
+    Runs on
+    -------
+    driver"""
     cls = _shim_class(spark, PLANNER_WORKERS_CLASS)
     if cls is None:
         return {}
@@ -201,12 +306,21 @@ def light_numpy_converters() -> int:
     PySpark's ``NumpyScalarConverter`` / ``NumpyArrayConverter`` ask ``pyspark.testing.utils``
     whether NumPy is installed, on the first py4j call with arguments (creating the session's
     ``SparkConf``). That module checks for pandas, grpc and more, and imports pandas into the
-    driver: 34 MiB for nothing. A NumPy value can only exist once ``numpy`` is imported, so the
-    replacements look at ``sys.modules`` and convert exactly what the originals convert. Call
-    before the session starts; idempotent. A change of the whole process's py4j: only the
-    embedded local session calls it (``orderedstream.dev.embedded_session``);
-    ``ORDEREDSTREAM_LAZY_PANDAS=0`` or no ``ORDEREDSTREAM_PROCESS_TUNING=1``: left as they
-    are."""
+    driver for nothing (docs/decisions/0014-no-pandas-import.md). A NumPy value can only exist
+    once ``numpy`` is imported, so the replacements look at ``sys.modules`` and convert exactly
+    what the originals convert. Call before the session starts; idempotent. A change of the
+    whole process's py4j: only the embedded local session calls it
+    (``orderedstream.dev.embedded_session``); ``ORDEREDSTREAM_LAZY_PANDAS=0`` or no
+    ``ORDEREDSTREAM_PROCESS_TUNING=1``: left as they are.
+
+    Returns
+    -------
+    int
+        How many converters were replaced (0 when turned off or already replaced).
+
+    Runs on
+    -------
+    driver"""
     import sys
 
     from orderedstream.core.pandaslazy import enabled

@@ -16,11 +16,11 @@ from orderedstream.core.scratch import private_folder
 JOB_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m"
 """Driver JVM options of the main job's local session (``orderedstream run``). With
 ``emit=ranges`` records never cross the JVM: it plans, tracks offsets and moves a few rows per
-batch, so C2 compilation (``TieredStopAtLevel=1`` leaves it out) cost more CPU than it saved
-(JVM CPU of a 13-batch run 28.6 -> 14.2 s), and the serial collector with a small initial heap
-keeps the JVM's RSS to what it uses (740 -> 380 MiB at the job's peak). Not used for the
-sessions that measure Spark's own JVM paths. (Capping the young generation at 32 MiB with
-``Min/MaxHeapFreeRatio`` 10/30 did not lower the JVM's peak RSS: 380 -> 406 MiB, smallbatch.)"""
+batch, so C2 compilation (``TieredStopAtLevel=1`` leaves it out) costs more CPU than it saves,
+and the serial collector with a small initial heap keeps the JVM's RSS to what it uses
+(docs/decisions/0011-jvm-class-archive.md). Not used for the sessions that measure Spark's own
+JVM paths. (A capped young generation with tight ``Min/MaxHeapFreeRatio`` did not lower the
+JVM's peak RSS.)"""
 
 JOB_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2", "ARROW_DEFAULT_MEMORY_POOL": "system"}
 """Environment of the main job's driver JVM and so of every Python process it starts (local
@@ -63,35 +63,41 @@ Adaptive query execution off: a batch's stage (the source's range rows, one smal
 the ordered stage's tasks) has nothing for AQE to re-plan (the shuffle's partition count is
 set, one per core), yet AQE runs the shuffle as a query stage of its own Spark job, then
 re-optimizes and submits the rest as a second job: two jobs and their planning per batch
-instead of one. Off, in turns with on (docs/decisions/0004-adaptive-query-execution-off.md): the
-12 x 100-record batch's p50 604 -> 519 ms (medians of 4 runs each), the one-batch peer run
--0.19 s, 0.4 CPU-s less, peak RSS 10-25 MiB lower.
+instead of one (docs/decisions/0004-adaptive-query-execution-off.md).
 
 Code generation off (whole-stage codegen and expression codegen: Spark's interpreted
 operators and projections). The rows that cross the JVM in a batch of the main job are its
 range rows and the tasks' commit messages, a few dozen, so generated code never pays back its
-Janino compile: 40% of the driver's CPU for the batch's ``collect`` in a flight recording of
-the one-batch peer run. Off, in turns with on (the same decision record): the JVM
-3.8 / 3.8 CPU-s against 4.1 / 4.3, the run 0.4 s shorter, the 12 x 100 batch's p50 unchanged.
-A job whose records cross the JVM (``emit=records``) should not run with these two settings.
+Janino compile (the same decision record). A job whose records cross the JVM
+(``emit=records``) should not run with these two settings.
 ``factoryMode`` is one of Spark's internal settings (its SQLConf: not meant for end users);
 ``tests/dev/test_job_session.py`` checks that this Spark still has it and that a plan
 under these settings has no generated code, so an upgrade that drops it is noticed.
 
-The JVM talks to its Python processes over Unix domain sockets, not TCP on localhost: the
-second task of every batch's stage waited 35-45 ms for its first input rows (its worker's
-first read, timed in the task: 1-2 ms for the first task, 40 ms for the second, batch after
-batch), the delay of TCP's delayed acknowledgement meeting Nagle's algorithm on a small write;
-over a Unix socket both start within 10 ms (in turns, TCP vs Unix: the 12 x 100 batch's p50
-588/621/586 vs 590/573/530 ms, docs/decisions/0005-unix-domain-sockets.md). Local masters
-only (``unix_sockets``: the sockets live in a private folder of this machine)."""
+The JVM talks to its Python processes over Unix domain sockets, not TCP on localhost: over TCP
+the second task of every batch's stage waited for its first input rows, TCP's delayed
+acknowledgement meeting Nagle's algorithm on a small write; over a Unix socket both tasks start
+at once (docs/decisions/0005-unix-domain-sockets.md). Local masters only (``unix_sockets``: the
+sockets live in a private folder of this machine)."""
 
 
 def unix_sockets(settings: dict[str, str], master: str) -> None:
     """Make ``settings``' Unix sockets work, in place: on a local master they get a private
     folder (0700, removed at exit) whose sockets' paths fit Linux's 107 bytes (Spark puts
     them in ``java.io.tmpdir``, a run's scratch folder here, often deeper than that: "AF_UNIX
-    path too long"); elsewhere, or without such a folder, TCP as Spark's default."""
+    path too long"); elsewhere, or without such a folder, TCP as Spark's default.
+
+    Parameters
+    ----------
+    settings
+        Spark settings of the session to start; changed in place (the socket folder set, or
+        the Unix sockets turned off). Settings that turn them off or name a folder stay.
+    master
+        The session's Spark master URL.
+
+    Runs on
+    -------
+    driver"""
     if settings.get(UNIX_SOCKETS, "false").lower() != "true" or settings.get(UNIX_SOCKET_DIR):
         return
     if master.startswith("local"):

@@ -28,6 +28,8 @@ ACCOUNT_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K
 
 
 def install_dir() -> Path:
+    """The folder the pinned Azurite version is (or will be) installed into, in the pack's
+    cache folder."""
     return cache_root() / f"azurite-{AZURITE_VERSION}"
 
 
@@ -76,9 +78,22 @@ class AzuriteServer:
         return {"AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY}
 
     def url(self, *parts: str) -> str:
+        """An ``az://`` URL under this server's container.
+
+        Parameters
+        ----------
+        *parts
+            Path parts, joined with ``/`` (their own leading and trailing ``/`` dropped,
+            empty ones skipped).
+
+        Returns
+        -------
+        str
+            ``az://<container>/<part>/<part>...``."""
         return "az://" + "/".join([self.container, *[p.strip("/") for p in parts if p]])
 
     def filesystem(self) -> Any:
+        """A fresh (uncached) adlfs filesystem for this server, with the account's key."""
         from adlfs import AzureBlobFileSystem
 
         return AzureBlobFileSystem(connection_string=(
@@ -86,6 +101,24 @@ class AzuriteServer:
             f"BlobEndpoint={self.endpoint};"), skip_instance_cache=True)
 
     def start(self, timeout: float = 60.0) -> AzuriteServer:
+        """Install Azurite if needed, start its blob service and wait for the container
+        (created if missing).
+
+        Parameters
+        ----------
+        timeout
+            Seconds the server has to answer.
+
+        Returns
+        -------
+        AzuriteServer
+            This server, running.
+
+        Raises
+        ------
+        ServiceError
+            Node.js is missing or the npm install failed, or the server exited or did not
+            answer within ``timeout``."""
         launcher = ensure_installed()
         self.workdir.mkdir(parents=True, exist_ok=True)
         argv = [str(launcher), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
@@ -103,18 +136,27 @@ class AzuriteServer:
         return bool(fs.exists(self.container))
 
     def stop(self) -> None:
+        """Stop the server gracefully (SIGKILL after a grace period); its data stays."""
         if self._proc:
             self._proc.stop(timeout=20)
 
     def kill(self) -> None:
+        """SIGKILL the server, as a crash would; its data stays."""
         if self._proc:
             self._proc.kill()
 
     def alive(self) -> bool:
+        """Whether the server runs."""
         return bool(self._proc and self._proc.alive())
 
 
-def main() -> None:  # python -m orderedstream.dev.services.azurite: install only
+def main() -> None:
+    """``python -m orderedstream.dev.services.azurite``: install Azurite, print its launcher.
+
+    Raises
+    ------
+    ServiceError
+        Node.js is missing or the npm install failed."""
     print(ensure_installed())
 
 

@@ -38,9 +38,28 @@ class ConnectServer:
 
     @property
     def url(self) -> str:
+        """The server's Connect URL, ``sc://127.0.0.1:<port>``."""
         return f"sc://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 180.0) -> ConnectServer:
+        """Start the server's process and wait until its port accepts connections.
+
+        Parameters
+        ----------
+        timeout
+            Seconds the server has to listen (its Spark session's start included).
+
+        Returns
+        -------
+        ConnectServer
+            This server, listening.
+
+        Raises
+        ------
+        ServiceError
+            The port was not open within ``timeout``.
+        RuntimeError
+            The server's process exited (its log's last lines in the message)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "orderedstream.dev.services.connect", str(self.port),
                 str(self.workdir / "tmp"), self.master, ",".join(self.jars)]
@@ -61,6 +80,7 @@ class ConnectServer:
         return SparkSession.builder.remote(self.url).create()
 
     def stop(self) -> None:
+        """Stop the server's process (SIGTERM, then SIGKILL after a grace period)."""
         if self.process is not None:
             self.process.stop()
             self.process = None

@@ -41,9 +41,33 @@ def embedded_services(bootstrap: str | None = None, s3_endpoint: str | None = No
     """Yield endpoints, starting a local broker / S3 server for each one not given; stops them.
 
     Each service keeps its data under ``workdir`` (``kafka/``, ``s3/``), so a second call on
-    the same folder serves the same topics and objects. ``keep_ports``: reuse the ports of the
-    last start in that folder when they are free (saved in ``services.json``), so endpoints
-    printed by an earlier run stay valid."""
+    the same folder serves the same topics and objects.
+
+    Parameters
+    ----------
+    bootstrap
+        Kafka bootstrap servers to use; None: start a local broker.
+    s3_endpoint
+        An S3 endpoint to use (credentials from the standard AWS chain); None: start a local
+        SeaweedFS.
+    workdir
+        The services' data folder; None: a new temporary folder.
+    bucket
+        The local S3 server's bucket.
+    keep_ports
+        Reuse the ports of the last start in ``workdir`` when they are free (saved in
+        ``services.json``), so endpoints printed by an earlier run stay valid.
+
+    Yields
+    ------
+    Endpoints
+        Where the services are, with their storage options and what was started.
+
+    Raises
+    ------
+    ServiceError
+        Another process serves ``workdir``'s data (see :func:`serving`), or a local service
+        did not start."""
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="orderedstream-"))
     root.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
@@ -61,7 +85,17 @@ def serving(root: Path) -> Iterator[None]:
     """This process serves ``root``'s Kafka and S3 data: a second server on the same data
     (``orderedstream services`` still running when ``orderedstream demo`` starts) would break
     both, so it is refused naming the process that serves them. An ``fcntl`` lock: it ends
-    with its process, however that ends."""
+    with its process, however that ends.
+
+    Parameters
+    ----------
+    root
+        The services' data folder (the lock file goes there).
+
+    Raises
+    ------
+    ServiceError
+        Another process holds the lock; the message names it."""
     with open(root / LOCK_FILE, "a+") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

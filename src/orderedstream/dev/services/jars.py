@@ -57,7 +57,22 @@ def _resolve(pom_resource: str, placeholders: dict[str, str], name: str) -> Path
 
 
 def kafka_broker_classpath(version: str = KAFKA_VERSION) -> str:
-    """Classpath (dir/*) holding Apache Kafka's broker jars of ``version``."""
+    """The classpath of Apache Kafka's broker, its jars fetched from Maven Central once.
+
+    Parameters
+    ----------
+    version
+        The Kafka release.
+
+    Returns
+    -------
+    str
+        ``<folder>/*``, for ``java -cp``.
+
+    Raises
+    ------
+    ServiceError
+        The jars are not cached yet and Maven is missing or could not resolve them."""
     path = _resolve("kafka-broker-pom.xml", {"KAFKA_VERSION": version}, f"kafka-{version}")
     return f"{path}/*"
 
@@ -68,6 +83,21 @@ def spark_kafka_connector_jars(spark_version: str | None = None) -> list[str]:
     Maven Central can lag PyPI: when the exact version is not published yet, the newest
     published release of the same major version is used (the connector's API to Spark is
     stable across minor versions), and the version taken is logged.
+
+    Parameters
+    ----------
+    spark_version
+        The Spark release to match; None: the installed pyspark's.
+
+    Returns
+    -------
+    list of str
+        The connector's jars with their dependencies, sorted.
+
+    Raises
+    ------
+    ServiceError
+        No release of that major version could be resolved (each try's error named).
     """
     import logging
 
@@ -115,6 +145,22 @@ def hadoop_aws_jars(hadoop_version: str | None = None) -> list[str]:
     The SDK's huge ``bundle`` jar is replaced by the modules S3A uses; jars whose artifact
     pyspark already ships (netty, httpclient, commons-codec, slf4j, commons-logging via
     jcl-over-slf4j) are left out so Spark's versions win.
+
+    Parameters
+    ----------
+    hadoop_version
+        The hadoop-client release to match; None: the one pyspark ships.
+
+    Returns
+    -------
+    list of str
+        The jars to add to Spark's classpath, sorted.
+
+    Raises
+    ------
+    ServiceError
+        The AWS SDK version for that release is not known, pyspark ships no hadoop-client
+        jar, or Maven is missing or could not resolve the jars.
     """
     version = hadoop_version or bundled_hadoop_version()
     sdk = HADOOP_AWS_SDK_VERSIONS.get(version)

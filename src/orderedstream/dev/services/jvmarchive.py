@@ -1,15 +1,14 @@
 """A class-data-sharing archive (AppCDS) of the main job's driver JVM.
 
-At every start the driver JVM loads, parses and verifies several thousand Spark classes from
-about 250 jars; a CDS archive maps them ready-made from one file. Measured here (Java 17,
-``local[2]``, the job's JVM options): session start 3.4 -> 1.8 s, the first Spark job 1.8 ->
-0.95 s. Java 17 writes such a (dynamic) archive only when a JVM exits
-(``-XX:ArchiveClassesAtExit``), and a JVM handed a truncated archive crashes at start, so
-:func:`build` trains a JVM in a child process, waits until that JVM has exited, and publishes
-the file by rename with its size in a note beside it; :func:`java_options` names an archive only
-when its size matches. A JVM that cannot use the archive (another JDK or classpath) starts as
-before, its CDS messages silenced. ``scripts/bootstrap.sh`` builds it; ``python -m
-orderedstream.dev.services.jvmarchive`` (re)builds it and prints its path.
+At every start the driver JVM loads, parses and verifies thousands of Spark classes from its
+jars; a CDS archive maps them ready-made from one file, and the session starts sooner
+(docs/decisions/0011-jvm-class-archive.md). Java 17 writes such a (dynamic) archive only
+when a JVM exits (``-XX:ArchiveClassesAtExit``), and a JVM handed a truncated archive crashes
+at start, so :func:`build` trains a JVM in a child process, waits until that JVM has exited,
+and publishes the file by rename with its size in a note beside it; :func:`java_options` names
+an archive only when its size matches. A JVM that cannot use the archive (another JDK or
+classpath) starts as before, its CDS messages silenced. ``scripts/bootstrap.sh`` builds it;
+``python -m orderedstream.dev.services.jvmarchive`` (re)builds it and prints its path.
 """
 
 from __future__ import annotations
@@ -69,7 +68,17 @@ def _note(path: Path) -> Path:
 
 
 def usable(path: Path | None = None) -> Path | None:
-    """The archive when it is complete (its size is the one noted when it was published)."""
+    """The archive when it is complete (its size is the one noted when it was published).
+
+    Parameters
+    ----------
+    path
+        The archive; None: :func:`archive_path`.
+
+    Returns
+    -------
+    pathlib.Path or None
+        ``path`` when complete, else None (missing, or its note missing or not matching)."""
     path = path or archive_path()
     try:
         noted = json.loads(_note(path).read_text())["size"]
@@ -85,8 +94,26 @@ def java_options() -> str:
 
 
 def build(*, force: bool = False, timeout_s: float = 300.0) -> Path | None:
-    """Build and publish the archive (``None`` when it could not be built: the job then starts
-    without it). An existing complete archive is kept unless ``force``."""
+    """Build and publish the archive: train a JVM in a child process, wait until it has
+    exited, then publish the file by rename with its size in a note; superseded archives go.
+
+    Parameters
+    ----------
+    force
+        Build again even when a complete archive exists (else it is kept).
+    timeout_s
+        Seconds the training run and its JVM's exit have together.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The archive; None when it could not be built (a warning is logged; the job then
+        starts without it).
+
+    Raises
+    ------
+    subprocess.TimeoutExpired
+        The training run took longer than ``timeout_s``."""
     final = archive_path()
     if not force and usable(final):
         _prune(final)
@@ -126,7 +153,7 @@ def build(*, force: bool = False, timeout_s: float = 300.0) -> Path | None:
 
 
 def _prune(keep: Path) -> None:
-    """Delete the archives (about 170 MB each) that no JVM will name again: those of pyspark
+    """Delete the archives (large files) that no JVM will name again: those of pyspark
     installs that no longer exist (deleted clones' virtual environments), and those of this
     install and Java that ``keep`` supersedes (built for earlier JVM options or Spark home:
     every upgrade of the pack would otherwise leave one behind). An archive of this install
@@ -178,6 +205,20 @@ def _train(target: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m orderedstream.dev.services.jvmarchive``: (re)build the archive and print
+    its path.
+
+    Parameters
+    ----------
+    argv
+        The arguments (None: ``sys.argv[1:]``): ``--force`` rebuilds a complete archive;
+        ``--announce`` (the bootstrap's) builds only when there is none, and says so;
+        ``--train PATH`` is the training child of :func:`build`.
+
+    Returns
+    -------
+    int
+        The exit code: 0 when an archive is ready, 1 when it could not be built."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--train"] and len(args) == 2:
         _train(Path(args[1]))

@@ -59,6 +59,7 @@ class KafkaBroker:
 
     @property
     def bootstrap(self) -> str:
+        """The broker's client address, ``127.0.0.1:<port>``."""
         return f"127.0.0.1:{self.port}"
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -97,7 +98,23 @@ class KafkaBroker:
                 "-cp", kafka_broker_classpath(self.version), main, *args]
 
     def start(self, timeout: float = 90.0) -> KafkaBroker:
-        """Format storage on first start, start the broker, and wait until it serves metadata."""
+        """Format storage on first start, start the broker, and wait until it serves metadata.
+
+        Parameters
+        ----------
+        timeout
+            Seconds the broker has to serve metadata.
+
+        Returns
+        -------
+        KafkaBroker
+            This broker, running.
+
+        Raises
+        ------
+        ServiceError
+            No ``java`` on the PATH, the broker's jars could not be fetched, formatting the
+            storage failed, or the broker exited or served no metadata within ``timeout``."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self._write_config()
         if not (self.data_dir / "meta.properties").exists():
@@ -134,19 +151,59 @@ class KafkaBroker:
             self._proc.kill()
 
     def restart(self, timeout: float = 90.0) -> KafkaBroker:
-        """Start again on the same ports and data directory (after stop or kill)."""
+        """Start again on the same ports and data directory (after stop or kill); a broker
+        still running is stopped first.
+
+        Parameters
+        ----------
+        timeout
+            As for :meth:`start`.
+
+        Returns
+        -------
+        KafkaBroker
+            This broker, running.
+
+        Raises
+        ------
+        ServiceError
+            As for :meth:`start`."""
         if self._proc and self._proc.alive():
             self.stop()
         return self.start(timeout)
 
     def alive(self) -> bool:
+        """Whether the broker process runs."""
         return bool(self._proc and self._proc.alive())
 
     def java_tool(self, main: str, *args: str, stdin: str = "", timeout: float = 60) -> str:
         """Run one of Kafka's own JVM tools (e.g. the console producer) and return its stdout.
 
         Kafka's Java clients are an independent second client next to librdkafka.
-        """
+
+        Parameters
+        ----------
+        main
+            The tool's main class.
+        *args
+            Its arguments.
+        stdin
+            Text fed to its standard input.
+        timeout
+            Seconds the tool may run.
+
+        Returns
+        -------
+        str
+            The tool's standard output.
+
+        Raises
+        ------
+        ServiceError
+            No ``java`` on the PATH, or the tool exited with an error (its stderr's end in
+            the message).
+        subprocess.TimeoutExpired
+            The tool ran longer than ``timeout``."""
         proc = subprocess.run(self._java(main, *args, heap="256m",
                                          log_config="kafka-tools-log4j2.properties"),
                               input=stdin, capture_output=True,
@@ -166,8 +223,25 @@ class KafkaBroker:
 
     def create_topic(self, name: str, partitions: int = 1,
                      config: Mapping[str, str] | None = None, timeout: float = 30) -> None:
-        """Create a topic (e.g. ``config={"retention.ms": "1000", "cleanup.policy": "compact"}``)
-        and wait until every partition has a leader."""
+        """Create a topic and wait until every partition has a leader.
+
+        Parameters
+        ----------
+        name
+            The topic.
+        partitions
+            Its partition count.
+        config
+            Topic settings (e.g. ``{"cleanup.policy": "compact"}``).
+        timeout
+            Seconds for the creation and, again, for the leaders.
+
+        Raises
+        ------
+        confluent_kafka.KafkaException
+            The broker refused the topic (e.g. ``TOPIC_ALREADY_EXISTS``) or did not answer.
+        ServiceError
+            A partition had no leader within ``timeout``."""
         from confluent_kafka.admin import NewTopic
 
         futures = self.admin().create_topics(
@@ -183,20 +257,61 @@ class KafkaBroker:
                 and all(p.leader >= 0 for p in md.partitions.values()))
 
     def add_partitions(self, name: str, total: int, timeout: float = 30) -> None:
-        """Grow ``name`` to ``total`` partitions."""
+        """Grow ``name`` to ``total`` partitions and wait until each has a leader.
+
+        Parameters
+        ----------
+        name
+            The topic.
+        total
+            Its partition count afterwards.
+        timeout
+            Seconds for the change and, again, for the leaders.
+
+        Raises
+        ------
+        confluent_kafka.KafkaException
+            The broker refused the change or did not answer.
+        ServiceError
+            A partition had no leader within ``timeout``."""
         from confluent_kafka.admin import NewPartitions
 
         self.admin().create_partitions([NewPartitions(name, total)])[name].result(timeout)
         wait_until(lambda: self._has_leaders(name, total), timeout, f"partitions of {name}")
 
     def delete_topic(self, name: str, timeout: float = 30) -> None:
-        """Delete ``name`` and wait until the broker no longer lists it."""
+        """Delete ``name`` and wait until the broker no longer lists it.
+
+        Parameters
+        ----------
+        name
+            The topic.
+        timeout
+            Seconds for the deletion and, again, for the listing.
+
+        Raises
+        ------
+        confluent_kafka.KafkaException
+            The broker refused the deletion or did not answer.
+        ServiceError
+            The broker still listed the topic after ``timeout``."""
         self.admin().delete_topics([name], operation_timeout=timeout)[name].result(timeout)
         wait_until(lambda: name not in self.admin().list_topics(timeout=5).topics, timeout,
                    f"deletion of topic {name}")
 
     def producer(self, **config: Any) -> Any:
-        """A confluent_kafka Producer (idempotent, acks=all) bound to this broker."""
+        """A confluent_kafka Producer (idempotent, acks=all) bound to this broker.
+
+        Parameters
+        ----------
+        **config
+            librdkafka settings over the defaults, ``_`` for ``.`` in their names (e.g.
+            ``linger_ms=0``).
+
+        Returns
+        -------
+        confluent_kafka.Producer
+            A new producer."""
         from confluent_kafka import Producer
 
         conf = {"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
@@ -206,7 +321,28 @@ class KafkaBroker:
     def produce(self, topic: str, records: Iterable[tuple[bytes | str | None, bytes | str | None]],
                 partition: int | None = None,
                 headers: list[tuple[str, bytes]] | None = None) -> int:
-        """Produce (key, value) pairs and flush; returns how many were delivered."""
+        """Produce (key, value) pairs and flush.
+
+        Parameters
+        ----------
+        topic
+            The topic.
+        records
+            ``(key, value)`` pairs; None for no key or a tombstone.
+        partition
+            The partition for every record; None: the producer's partitioner chooses.
+        headers
+            Headers for every record.
+
+        Returns
+        -------
+        int
+            How many records were delivered.
+
+        Raises
+        ------
+        ServiceError
+            A record was not delivered (an error, or still queued after the flush's wait)."""
         producer = self.producer()
         delivered = 0
         errors: list[str] = []
@@ -237,7 +373,22 @@ class KafkaBroker:
         return delivered
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        """Partition -> high watermark (next offset) of ``topic``."""
+        """The high watermark (next offset) of each of ``topic``'s partitions.
+
+        Parameters
+        ----------
+        topic
+            The topic.
+
+        Returns
+        -------
+        dict of int to int
+            Partition -> high watermark.
+
+        Raises
+        ------
+        confluent_kafka.KafkaException
+            The broker did not answer in time."""
         from confluent_kafka import Consumer, TopicPartition
 
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "offsets-probe",

@@ -30,7 +30,20 @@ def free_port() -> int:
 
 
 def free_ports(count: int, below: int = 50000) -> list[int]:
-    """Return ``count`` distinct free ports below ``below`` (room for +10000 gRPC offsets)."""
+    """Distinct TCP ports on 127.0.0.1 that are free, each with its port + 10000 free too
+    (SeaweedFS's gRPC ports sit at that offset).
+
+    Parameters
+    ----------
+    count
+        How many ports.
+    below
+        Every port is lower than this.
+
+    Returns
+    -------
+    list of int
+        ``count`` ports, sorted."""
     ports: set[int] = set()
     while len(ports) < count:
         port = free_port()
@@ -45,7 +58,19 @@ def free_ports(count: int, below: int = 50000) -> list[int]:
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    """True when something accepts TCP connections on host:port."""
+    """Whether something accepts TCP connections on ``host:port`` (half a second to answer).
+
+    Parameters
+    ----------
+    port
+        The TCP port.
+    host
+        The host to connect to.
+
+    Returns
+    -------
+    bool
+        True when the connection was accepted."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
@@ -53,7 +78,25 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None,
                process: ManagedProcess | None = None) -> None:
-    """Poll ``check`` until it is true; raise ServiceError naming ``what`` and the log's tail."""
+    """Poll ``check`` until it returns true; an exception it raises counts as not yet.
+
+    Parameters
+    ----------
+    check
+        What to poll.
+    timeout
+        Seconds to wait at most.
+    what
+        How the error names the service.
+    log
+        The service's log; its last lines go into the error.
+    process
+        The service's process: its exit ends the wait at once.
+
+    Raises
+    ------
+    ServiceError
+        ``process`` exited, or ``check`` was not true within ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and not process.alive():
@@ -103,12 +146,15 @@ class ManagedProcess:
 
     @property
     def pid(self) -> int | None:
+        """The process's id (its process group's too); None before :meth:`start`."""
         return self._popen.pid if self._popen else None
 
     def alive(self) -> bool:
+        """Whether the process was started and has not exited."""
         return self._popen is not None and self._popen.poll() is None
 
     def returncode(self) -> int | None:
+        """The exit code; None while it runs or before :meth:`start`."""
         return None if self._popen is None else self._popen.poll()
 
     def _signal_group(self, sig: int) -> None:
@@ -118,7 +164,12 @@ class ManagedProcess:
             os.killpg(self._popen.pid, sig)
 
     def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM the process group, then SIGKILL what is left after ``timeout``."""
+        """SIGTERM the process group, then SIGKILL what is left after ``timeout``.
+
+        Parameters
+        ----------
+        timeout
+            Seconds the process has to exit after SIGTERM."""
         if self._popen is None:
             return
         if self._popen.poll() is None:
@@ -140,6 +191,17 @@ class ManagedProcess:
             self._popen.wait(10)
 
     def tail(self, lines: int = 40) -> str:
+        """The last lines of the process's log, with a header naming the log.
+
+        Parameters
+        ----------
+        lines
+            How many lines.
+
+        Returns
+        -------
+        str
+            The lines, or ``""`` when there is no log yet."""
         return _tail(self.log_path, lines)
 
 

@@ -5,7 +5,7 @@ pack's commit protocol relies on. Any access key is accepted until identities ar
 
 Everything the server writes stays in its work folder: left to its defaults, every start of
 ``weed mini`` leaves its glog files, its S3 and filer Unix sockets and a WebDAV chunk cache
-folder in ``/tmp`` (1,300 entries after a day of tests and benchmarks here). Each server's
+folder in ``/tmp``, which piles up over many test runs. Each server's
 local gRPC socket has a fixed place in ``/tmp``: SeaweedFS removes it when it stops, and
 ``kill`` removes what a killed server left.
 """
@@ -64,6 +64,7 @@ class S3Server:
 
     @property
     def endpoint(self) -> str:
+        """The S3 endpoint's URL (``http://127.0.0.1:<port>``)."""
         return f"http://127.0.0.1:{self.port}"
 
     @property
@@ -83,15 +84,43 @@ class S3Server:
         return s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
 
     def url(self, *parts: str) -> str:
-        """``s3://bucket/part/part`` under this server's bucket."""
+        """An ``s3://`` URL under this server's bucket.
+
+        Parameters
+        ----------
+        *parts
+            Path parts, joined with ``/`` (their own leading and trailing ``/`` dropped,
+            empty ones skipped).
+
+        Returns
+        -------
+        str
+            ``s3://<bucket>/<part>/<part>...``."""
         return "s3://" + "/".join([self.bucket, *[p.strip("/") for p in parts if p]])
 
     def start(self, timeout: float = 60.0) -> S3Server:
-        """Start the server and wait for its bucket. A port picked free when this object was
-        made can be taken before the server binds it (the picks are ephemeral ports, which
-        outgoing connections use too): SeaweedFS then exits with "Port allocation failed",
-        and a first start whose ports nobody chose picks new ones (up to 3 times). A restart
-        keeps its ports: clients know them."""
+        """Start the server and wait until its bucket takes a write and a read.
+
+        A port picked free when this object was made can be taken before the server binds it
+        (the picks are ephemeral ports, which outgoing connections use too): SeaweedFS then
+        exits with "Port allocation failed", and a first start whose ports nobody chose picks
+        new ones (up to 3 times). A restart keeps its ports: clients know them.
+
+        Parameters
+        ----------
+        timeout
+            Seconds each try has for the bucket to answer.
+
+        Returns
+        -------
+        S3Server
+            This server, running.
+
+        Raises
+        ------
+        ServiceError
+            The ``weed`` binary is missing, the server exited or its bucket did not answer
+            in time, or no folder fits its Unix sockets."""
         for attempt in range(3):
             try:
                 self._start(timeout)
@@ -147,11 +176,13 @@ class S3Server:
         return bool(fs.cat_file(f"{self.bucket}/.ready") == b"ok")
 
     def stop(self) -> None:
+        """Stop the server gracefully (SIGKILL after a grace period) and remove its sockets."""
         if self._proc:
             self._proc.stop(timeout=20)
         self._remove_sockets()
 
     def kill(self) -> None:
+        """SIGKILL the server, as a crash would, and remove the sockets it left."""
         if self._proc:
             self._proc.kill()
         self._remove_sockets()
@@ -171,14 +202,45 @@ class S3Server:
                 missing_ok=True)
 
     def restart(self, timeout: float = 60.0) -> S3Server:
+        """Stop the server if it runs, then start it again on the same ports and data.
+
+        Parameters
+        ----------
+        timeout
+            As for :meth:`start`.
+
+        Returns
+        -------
+        S3Server
+            This server, running.
+
+        Raises
+        ------
+        ServiceError
+            As for :meth:`start`."""
         if self._proc and self._proc.alive():
             self.stop()
         return self.start(timeout)
 
     def alive(self) -> bool:
+        """Whether the server process runs."""
         return bool(self._proc and self._proc.alive())
 
 
 def s3_storage_options(endpoint: str, *, key: str, secret: str) -> dict[str, Any]:
-    """s3fs options for a local S3 endpoint with explicit keys (the local server's own)."""
+    """s3fs options for a local S3 endpoint with explicit keys (the local server's own).
+
+    Parameters
+    ----------
+    endpoint
+        The endpoint's URL.
+    key
+        The access key.
+    secret
+        The secret key.
+
+    Returns
+    -------
+    dict
+        Keyword arguments for ``s3fs.S3FileSystem`` (region us-east-1)."""
     return {"key": key, "secret": secret, **s3_endpoint_options(endpoint, region="us-east-1")}

@@ -40,7 +40,20 @@ def python_env() -> dict[str, str]:
 
 
 def default_conf(tmp_dir: Path | None = None) -> dict[str, str]:
-    """Small-machine settings shared by every session the pack configures."""
+    """Small-machine settings shared by every session the pack configures: no UI, few
+    shuffle partitions, this interpreter for the Python processes, the pack's daemon module
+    and its JVM jar when it is built.
+
+    Parameters
+    ----------
+    tmp_dir
+        Where Spark's scratch space and the JVMs' ``java.io.tmpdir`` go (created); None:
+        Spark's defaults.
+
+    Returns
+    -------
+    dict of str to str
+        Spark configuration entries."""
     conf = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -73,12 +86,40 @@ def local_spark_session(app_name: str = "orderedstream", master: str = "local[2]
                         driver_memory: str = "2g", java_options: str = "",
                         environment: Mapping[str, str] | None = None,
                         fork_server: bool = False) -> Any:
-    """A SparkSession whose Python workers use this interpreter; extra ``conf`` wins.
-    ``java_options`` are added to the driver JVM's (e.g. a log4j2 configuration file);
-    ``environment``: variables the driver JVM (and the Python processes it starts) gets where
-    this process's environment does not set them (e.g. ``JOB_ENVIRONMENT``). ``fork_server``
-    (local masters): Spark's planner and streaming source processes are forked from a warm
-    interpreter (``orderedstream.dev.local.forkserver``) instead of started cold."""
+    """A SparkSession whose Python workers use this interpreter, with the pack's local
+    session tuning installed (:class:`~orderedstream.dev.local.jvm.LocalSessionTuning`).
+
+    Parameters
+    ----------
+    app_name
+        The application's name.
+    master
+        The Spark master URL.
+    conf
+        Spark settings over :func:`default_conf`'s (its ``spark.jars`` are added to the
+        pack's jar).
+    tmp_dir
+        Scratch space and the JVMs' temporary folder (see :func:`default_conf`).
+    driver_memory
+        ``spark.driver.memory``.
+    java_options
+        Added to the driver JVM's options (e.g. a log4j2 configuration file).
+    environment
+        Variables the driver JVM (and the Python processes it starts) gets where this
+        process's environment does not set them (e.g. ``JOB_ENVIRONMENT``).
+    fork_server
+        Local masters: fork Spark's planner and streaming source processes from a warm
+        interpreter (:mod:`orderedstream.dev.local.forkserver`) instead of starting them
+        cold (docs/decisions/0008-fork-server.md).
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+        The session (an active one of this process is returned as it is).
+
+    Runs on
+    -------
+    driver"""
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
@@ -134,6 +175,7 @@ class SparkStandaloneCluster:
 
     @property
     def url(self) -> str:
+        """The master's URL, ``spark://127.0.0.1:<port>``."""
         return f"spark://127.0.0.1:{self.port}"
 
     def _env(self) -> dict[str, str]:
@@ -152,6 +194,23 @@ class SparkStandaloneCluster:
         return [str(spark_home() / "bin" / "spark-class"), *args]
 
     def start(self, timeout: float = 90.0) -> SparkStandaloneCluster:
+        """Start the master, then the workers, and wait until every worker registered.
+
+        Parameters
+        ----------
+        timeout
+            Seconds the master has to listen and, again, the workers to register.
+
+        Returns
+        -------
+        SparkStandaloneCluster
+            This cluster, running.
+
+        Raises
+        ------
+        ServiceError
+            The master exited, or it did not listen or the workers did not register in
+            time."""
         (self.workdir / "tmp").mkdir(parents=True, exist_ok=True)
         self.master = ManagedProcess(
             "spark-master",
@@ -185,15 +244,40 @@ class SparkStandaloneCluster:
         return len(set(re.findall(r"Registering worker (\S+)", text)))
 
     def kill_worker(self, index: int) -> None:
-        """SIGKILL a worker and the executor JVM it launched (same process group)."""
+        """SIGKILL a worker and the executor JVM it launched (same process group).
+
+        Parameters
+        ----------
+        index
+            The worker's index, from 0."""
         self.workers[index].kill()
 
     def restart_worker(self, index: int) -> None:
+        """Start a worker again in the place of a killed one (a new web UI port); it
+        registers with the master on its own.
+
+        Parameters
+        ----------
+        index
+            The worker's index, from 0."""
         self.workers[index] = self._start_worker(index)
 
     def session(self, app_name: str = "orderedstream-cluster",
                 conf: Mapping[str, str] | None = None) -> Any:
-        """A SparkSession on this cluster: one executor per worker, ``cores`` cores each."""
+        """A SparkSession on this cluster: one executor per worker, ``cores`` cores each; the
+        pack's process tuning reaches the executors when it is on.
+
+        Parameters
+        ----------
+        app_name
+            The application's name.
+        conf
+            Spark settings over the cluster's.
+
+        Returns
+        -------
+        pyspark.sql.SparkSession
+            The session (see :func:`local_spark_session`)."""
         settings = {"spark.executor.memory": "1g", "spark.executor.cores": str(self.cores),
                     "spark.cores.max": str(self.cores * self.n_workers),
                     "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
@@ -204,6 +288,7 @@ class SparkStandaloneCluster:
                                    tmp_dir=self.workdir / "driver-local", driver_memory="1g")
 
     def stop(self) -> None:
+        """Stop the workers (and their executors), then the master."""
         for worker in self.workers:
             worker.stop(timeout=10)
         if self.master:
@@ -220,6 +305,24 @@ def s3a_conf(endpoint: str, access_key: str, secret_key: str, region: str = "us-
     configured): signed reads work, but S3A's chunk-signed uploads get 400 "Signed request
     requires setting up SeaweedFS S3 authentication"; for Spark writing there, use
     ``fs.s3a.aws.credentials.provider=org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider``.
+
+    Parameters
+    ----------
+    endpoint
+        The S3 endpoint's URL (``https`` turns SSL on).
+    access_key
+        The access key.
+    secret_key
+        The secret key.
+    region
+        The endpoint's region.
+    prefix
+        Put before each ``fs.s3a.*`` key.
+
+    Returns
+    -------
+    dict of str to str
+        The settings.
     """
     settings = {
         "fs.s3a.endpoint": endpoint,

@@ -3,13 +3,11 @@
 A pip-installed pyspark is its own ``SPARK_HOME``, and Spark puts
 ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it starts. The
 zip holds the package's own sources without bytecode, so each process compiles the pyspark
-modules it imports: 0.52 s of CPU for a Data Source planner's imports here, 0.15 s from the
-installed files. ``dev.local.pydaemon`` avoids it for UDF workers; Spark's planner processes (data
-source lookup, creation, read planning) and the streaming source runner start their own
-modules. This home is the installed pyspark's folder entry by entry through symbolic links,
-without ``python/lib/pyspark.zip``: the same files run, compiled. Measured on the main job's
-small-batch case (4 runs, no JVM archive): start to the first committed batch 8.4-9.2 s ->
-6.6-7.3 s, peak RSS -100 MiB.
+modules it imports, where the installed files come compiled. ``dev.local.pydaemon`` avoids it
+for UDF workers; Spark's planner processes (data source lookup, creation, read planning) and the
+streaming source runner start their own modules. This home is the installed pyspark's folder
+entry by entry through symbolic links, without ``python/lib/pyspark.zip``: the same files run,
+compiled, and the job starts sooner (docs/decisions/0012-trimmed-spark-home.md).
 
 Its ``jars/`` leaves out the jars of Spark modules a local session of the pack never runs
 (:data:`LEFT_OUT`: MLlib, GraphX, Hive, Spark Connect, the YARN and Kubernetes schedulers, and
@@ -62,7 +60,23 @@ def installed_home() -> Path:
 
 
 def for_session(master: str) -> Path | None:
-    """The home a local session's JVM should get, or ``None`` to leave ``SPARK_HOME`` alone."""
+    """The home a local session's JVM should get (made on first use).
+
+    Parameters
+    ----------
+    master
+        The session's Spark master URL.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The home; None (leave ``SPARK_HOME`` alone) for a master that is not local, when
+        ``SPARK_HOME`` names another Spark, or when the install has no ``pyspark.zip``.
+
+    Raises
+    ------
+    OSError
+        The home could not be made in the pack's cache folder."""
     if not master.startswith("local"):
         return None
     real = installed_home()
@@ -79,7 +93,24 @@ def _is_ours(path: Path) -> bool:
 
 
 def ensure(real: Path) -> Path:
-    """The home mirroring ``real`` without its pyspark.zip (created on first use)."""
+    """The home mirroring ``real`` without its pyspark.zip and the :data:`LEFT_OUT` jars,
+    made on first use in a draft folder and published by a rename (a process that finds it
+    complete uses it as it is); publishing one prunes the homes of deleted installs.
+
+    Parameters
+    ----------
+    real
+        The pyspark install's folder (:func:`installed_home`).
+
+    Returns
+    -------
+    pathlib.Path
+        The home, complete.
+
+    Raises
+    ------
+    OSError
+        The home could not be made or published."""
     import pyspark
 
     kept = _kept_jars(real)
@@ -129,8 +160,17 @@ def prune(*, keep: Path) -> list[Path]:
     """Remove the homes no JVM can run any more, beside a newly published ``keep``: those whose
     pyspark install is gone (its links broken: a deleted clone's virtual environment), and
     drafts older than :data:`DRAFT_AGE_S`. A home of an install that still exists stays, even
-    if superseded: a running job of an earlier version of the pack may still use it. Returns
-    what was removed."""
+    if superseded: a running job of an earlier version of the pack may still use it.
+
+    Parameters
+    ----------
+    keep
+        The home just published; its folder's other entries are looked at.
+
+    Returns
+    -------
+    list of pathlib.Path
+        What was removed (nothing when the folder cannot be listed)."""
     removed = []
     now = time.time()
     try:
