@@ -30,7 +30,27 @@ SECRET_OPTIONS = ("key", "secret", "token", "password", "session_token", "access
 
 def storage_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """fsspec options from ``--storage-options`` (JSON, secrets refused) and ``--s3-endpoint``
-    (credentials from the AWS chain); shared by the ``sink`` and ``table`` commands."""
+    (credentials from the AWS chain); shared by the ``sink`` and ``table`` commands.
+
+    Parameters
+    ----------
+    args
+        Parsed arguments with ``storage_options`` and ``s3_endpoint``, and optionally
+        ``gcs_endpoint`` / ``azure_endpoint``.
+
+    Returns
+    -------
+    dict
+        The endpoints' options, overridden by the ``--storage-options`` keys.
+
+    Raises
+    ------
+    OptionError
+        ``--storage-options`` is not a JSON object, or names a secret (``SECRET_OPTIONS``).
+
+    Runs on
+    -------
+    driver (the command's process)"""
     options: dict[str, Any] = {}
     if args.storage_options:
         try:
@@ -52,7 +72,16 @@ def storage_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_cloud_endpoints(parser: argparse.ArgumentParser) -> None:
     """``--gcs-endpoint`` / ``--azure-endpoint``: emulators and private endpoints of Google
-    Cloud Storage and Azure Blob Storage, beside ``--s3-endpoint`` (docs/storage.md)."""
+    Cloud Storage and Azure Blob Storage, beside ``--s3-endpoint`` (docs/storage.md).
+
+    Parameters
+    ----------
+    parser
+        The command's parser; the two options are added to it.
+
+    Runs on
+    -------
+    driver (the command's process)"""
     parser.add_argument("--gcs-endpoint", metavar="URL", default=None,
                         help="Google Cloud Storage endpoint for gs:// URLs (default: Google's; "
                              "an http:// emulator is reached without credentials). Credentials "
@@ -113,7 +142,29 @@ def _files(args: argparse.Namespace) -> int:
 
 
 def verify(url: str, storage_options: dict[str, Any] | None = None) -> list[str]:
-    """Problems found: live files that are missing or whose size differs from the record."""
+    """Check that every live file of the fenced table at ``url`` exists with its recorded size.
+
+    Parameters
+    ----------
+    url
+        The table root (any fsspec URL).
+    storage_options
+        fsspec options for ``url``.
+
+    Returns
+    -------
+    list of str
+        One line per problem (``missing: <path>``, ``size mismatch: ...``); empty when the
+        table is whole.
+
+    Raises
+    ------
+    CorruptLogError
+        A commit record or live-set checkpoint cannot be read.
+
+    Runs on
+    -------
+    driver (the command's process)"""
     from orderedstream.sinks.table import FencedTable
 
     table = FencedTable(url, storage_options)
@@ -175,7 +226,24 @@ def _vacuum(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any, name: str = "sink") -> argparse.ArgumentParser:
-    """Add ``<name> {batches,files,verify,compact,vacuum}`` to an argparse subparsers object."""
+    """Add ``<name> {batches,files,verify,compact,vacuum}`` to an argparse subparsers object.
+
+    Parameters
+    ----------
+    subparsers
+        What ``ArgumentParser.add_subparsers()`` returned.
+    name
+        The command's name.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The command's parser; each subcommand sets ``func``, which takes the parsed
+        arguments and returns the exit code.
+
+    Runs on
+    -------
+    driver (the command's process)"""
     parser = subparsers.add_parser(name, help="inspect and maintain a fenced Parquet table")
     _add_commands(parser)
     return parser
@@ -222,6 +290,27 @@ def _add_commands(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``python -m orderedstream.sinks``.
+
+    Parameters
+    ----------
+    argv
+        The arguments after the program name; None: ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit code: 0, or 1 when ``verify`` found problems.
+
+    Raises
+    ------
+    SystemExit
+        Status 2 on bad arguments, or on a pack error (its type and message, printed to
+        stderr).
+
+    Runs on
+    -------
+    driver (the command's process)"""
     parser = argparse.ArgumentParser(prog="python -m orderedstream.sinks", description=__doc__)
     _add_commands(parser)
     args = parser.parse_args(argv)

@@ -48,7 +48,26 @@ class PreparedBatch:
 
 
 def table_schema(commit_log: CommitLog) -> pa.Schema | None:
-    """The table's schema as of its latest version (None: no version yet)."""
+    """The table's schema as of its latest version.
+
+    Parameters
+    ----------
+    commit_log
+        The table's fenced commit log.
+
+    Returns
+    -------
+    pyarrow.Schema or None
+        The latest record's schema; None when there is no version (or it stores none).
+
+    Raises
+    ------
+    CorruptLogError
+        The latest record cannot be read.
+
+    Runs on
+    -------
+    driver"""
     latest = commit_log.latest_version()
     if latest is None:
         return None
@@ -58,7 +77,30 @@ def table_schema(commit_log: CommitLog) -> pa.Schema | None:
 
 def check_schema(commit_log: CommitLog, options: FencedParquetOptions,
                  batch_schema: pa.Schema) -> pa.Schema:
-    """The table schema after this batch, or SchemaMismatchError (nothing written yet)."""
+    """The table schema after this batch (``schema.evolve`` on the latest record's schema).
+
+    Parameters
+    ----------
+    commit_log
+        The table's fenced commit log.
+    options
+        The writer's options (``path`` for errors, ``partition_by``).
+    batch_schema
+        The batch's Arrow schema.
+
+    Returns
+    -------
+    pyarrow.Schema
+        The schema to record with the batch.
+
+    Raises
+    ------
+    SchemaMismatchError
+        The batch cannot be appended; raised before any file is written.
+
+    Runs on
+    -------
+    driver"""
     return evolve(table_schema(commit_log), batch_schema, f"table {options.path}",
                   options.partition_by)
 
@@ -75,7 +117,31 @@ def committed_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_
     checkpoint on the same output and state would have its batch N skipped. Comparing the
     committed Kafka offset ranges with the replay's closes that (the Delta commits do).
     A later batch already committed is a CommitConflictError as well: batch ids must grow.
-    """
+
+    Parameters
+    ----------
+    commit_log
+        The table's fenced commit log.
+    options
+        The writer's options (``path``, ``_spark_metadata`` interval).
+    batch_id
+        The batch about to be written.
+    owner
+        The writer id the record must carry; None accepts any writer.
+
+    Returns
+    -------
+    CommitRecord or None
+        The committed record (skip the batch), or None when the batch is new.
+
+    Raises
+    ------
+    CommitConflictError
+        Another writer committed ``batch_id``, or a later batch is committed.
+
+    Runs on
+    -------
+    driver"""
     existing = commit_log.get(batch_id)
     if existing is not None:
         if owner is not None and existing.writer_id != owner:
@@ -98,7 +164,32 @@ def committed_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_
 
 def writer_epoch(commit_log: CommitLog, epoch: Epoch | None, *, writer_id: str) -> Epoch:
     """This run's epoch: claimed as ``writer_id`` at its first batch (which fences every
-    older run), checked at each later one (FencedError once a newer run claimed)."""
+    older run), checked at each later one.
+
+    Parameters
+    ----------
+    commit_log
+        The table's fenced commit log.
+    epoch
+        The epoch this run holds; None before its first batch.
+    writer_id
+        The writer that claims.
+
+    Returns
+    -------
+    Epoch
+        The run's epoch (``epoch`` itself once claimed).
+
+    Raises
+    ------
+    FencedError
+        A newer run claimed an epoch after ``epoch``.
+    CommitConflictError
+        The claim lost too many concurrent races.
+
+    Runs on
+    -------
+    driver"""
     if epoch is None:
         return commit_log.claim_epoch(writer_id)
     commit_log.check_epoch(epoch)
@@ -110,7 +201,43 @@ def prepare_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_id
                   owner: str | None) -> CommitRecord | PreparedBatch:
     """Step 1 on the driver, before any file is written: the committed record of a replayed
     batch (skip it), else the epoch and schema to publish it with (see ``committed_batch``,
-    ``check_schema``, ``writer_epoch``)."""
+    ``check_schema``, ``writer_epoch``). The schema is checked before the epoch is claimed:
+    a refused batch must not fence the healthy run writing this table.
+
+    Parameters
+    ----------
+    commit_log
+        The table's fenced commit log.
+    options
+        The writer's options.
+    batch_id
+        The batch about to be written.
+    batch_schema
+        The batch's Arrow schema.
+    epoch
+        The epoch this run holds; None before its first batch.
+    writer_id
+        The writer that claims the epoch.
+    owner
+        The writer id a replayed record must carry (``committed_batch``).
+
+    Returns
+    -------
+    CommitRecord or PreparedBatch
+        The committed record of a replay (skip the batch), else what to publish it with.
+
+    Raises
+    ------
+    CommitConflictError
+        Another writer committed the batch, or a later batch is committed.
+    SchemaMismatchError
+        The batch's schema cannot be appended.
+    FencedError
+        A newer run claimed the writer epoch.
+
+    Runs on
+    -------
+    driver"""
     existing = committed_batch(commit_log, options, batch_id, owner=owner)
     if existing is not None:
         return existing
@@ -125,8 +252,40 @@ def publish_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_id
                   epoch: Epoch, files: Iterable[DataFile], schema: pa.Schema, *,
                   extra: Mapping[str, Any] | None = None) -> CommitRecord:
     """Step 2: commit ``files`` (and ``extra``) as batch ``batch_id`` by creating its record
-    exclusively, then derive ``_spark_metadata`` from it. FencedError / CommitConflictError
-    when a newer run or another writer got there first (nothing is published then)."""
+    exclusively, then derive ``_spark_metadata`` from it.
+
+    Parameters
+    ----------
+    commit_log
+        The table's fenced commit log.
+    options
+        The writer's options (``path``, ``_spark_metadata`` interval).
+    batch_id
+        The batch to publish.
+    epoch
+        The epoch ``prepare_batch`` returned.
+    files
+        The data files the executors wrote.
+    schema
+        The table schema after the batch.
+    extra
+        JSON stored verbatim in the record (e.g. the ordered stage's state manifests).
+
+    Returns
+    -------
+    CommitRecord
+        The batch's record (also when this epoch had created it already).
+
+    Raises
+    ------
+    FencedError
+        A newer run claimed the epoch; nothing is published.
+    CommitConflictError
+        Another writer committed this batch or a later one first; nothing is published.
+
+    Runs on
+    -------
+    driver"""
     record = commit_log.commit(batch_id, epoch, list(files), extra,
                                schema=encode_schema(schema))
     sync_spark(commit_log, options)
@@ -134,8 +293,28 @@ def publish_batch(commit_log: CommitLog, options: FencedParquetOptions, batch_id
 
 
 def sync_spark(commit_log: CommitLog, options: FencedParquetOptions) -> int:
-    """Derive _spark_metadata up to the latest version (also repairs a crash after commit);
-    returns how many entries were written."""
+    """Derive _spark_metadata up to the latest version (also repairs a crash after commit).
+
+    Parameters
+    ----------
+    commit_log
+        The table's fenced commit log.
+    options
+        The writer's options (``path``, ``storage_options``, ``metadata_compact_interval``).
+
+    Returns
+    -------
+    int
+        How many ``_spark_metadata`` entries were written.
+
+    Raises
+    ------
+    CorruptLogError
+        A record or an existing ``_spark_metadata`` entry cannot be read.
+
+    Runs on
+    -------
+    driver"""
     table = FencedTable(options.path, options.storage_options, log=commit_log)
     return table.sync_spark_metadata(options.metadata_compact_interval)
 

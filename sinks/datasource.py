@@ -77,13 +77,39 @@ class FencedParquetDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """``"fencedparquet"``: the name ``writeStream.format`` takes."""
         return "fencedparquet"
 
     @reason_first_in_worker
     def streamWriter(self, schema: StructType, overwrite: bool) -> FencedParquetStreamWriter:
-        """Driver (planning, and again in each commit process). Refuses an incompatible schema,
-        and an output location it cannot read or (before the first commit) write, before any
-        task writes a file."""
+        """The writer of this query's batches. Refuses an incompatible schema, and an output
+        location it cannot read or (before the first commit) write, before any task writes a
+        file.
+
+        Parameters
+        ----------
+        schema
+            The streaming DataFrame's schema.
+        overwrite
+            Spark's output mode flag; not used (batches are always appended).
+
+        Returns
+        -------
+        FencedParquetStreamWriter
+            Pickled to the executors for ``write``.
+
+        Raises
+        ------
+        SchemaMismatchError
+            The schema cannot be appended to the table's.
+        LocationError
+            The output location cannot be read, or (before the first commit) written.
+        OptionError
+            The location already holds a Delta table.
+
+        Runs on
+        -------
+        driver (planning, and again in each commit process)"""
         return FencedParquetStreamWriter(self.parsed, schema, self.identity)
 
 
@@ -106,8 +132,27 @@ class FencedParquetStreamWriter(DataSourceStreamArrowWriter):
                                       writing="parquet", who="format('fencedparquet')")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FencedCommitMessage:
-        """Executor: take the writer epoch if another writer holds it (that writer's next
-        commit is then fenced), write this task's rows as Parquet files (not visible yet)."""
+        """Take the writer epoch if another writer holds it (that writer's next commit is
+        then fenced), write this task's rows as Parquet files (not visible yet).
+
+        Parameters
+        ----------
+        iterator
+            The task's rows as Arrow batches.
+
+        Returns
+        -------
+        FencedCommitMessage
+            The files written, for ``commit``.
+
+        Raises
+        ------
+        CommitConflictError
+            The epoch claim lost too many concurrent races.
+
+        Runs on
+        -------
+        executor"""
         commit_log = CommitLog(self.options.path, self.options.storage_options)
         current = commit_log.current_epoch()
         if current is None or current.writer_id != self.identity:
@@ -116,8 +161,25 @@ class FencedParquetStreamWriter(DataSourceStreamArrowWriter):
         return FencedCommitMessage(tuple(files))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver (fresh process): publish batch ``batchId`` exactly once, or raise
-        FencedError when another writer took the epoch since this batch's tasks ran."""
+        """Publish batch ``batchId`` exactly once (a replay this writer committed is skipped).
+
+        Parameters
+        ----------
+        messages
+            The write tasks' messages (None for a task that sent none).
+        batchId
+            The micro-batch id.
+
+        Raises
+        ------
+        FencedError
+            Another writer took the epoch since this batch's tasks ran; nothing is published.
+        CommitConflictError
+            Another writer committed this batch, or a later batch is committed.
+
+        Runs on
+        -------
+        driver (a fresh commit process)"""
         commit_log = CommitLog(self.options.path, self.options.storage_options)
         if committed_batch(commit_log, self.options, batchId, owner=self.identity) is not None:
             return  # a replay of a batch this writer committed (_spark_metadata repaired)
@@ -133,6 +195,17 @@ class FencedParquetStreamWriter(DataSourceStreamArrowWriter):
                       extra={"entry": "datasource"})
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: nothing to undo; written files stay orphans until vacuum."""
+        """Log the abort; nothing to undo: written files stay orphans until vacuum.
+
+        Parameters
+        ----------
+        messages
+            The messages of the tasks that finished.
+        batchId
+            The micro-batch id.
+
+        Runs on
+        -------
+        driver"""
         log.warning("batch %s of %s aborted; its files are orphans for vacuum", batchId,
                     self.options.path)

@@ -1,44 +1,11 @@
-"""One Delta commit per batch: the publish path of Delta output (driver side).
+"""One Delta commit per batch: the publish path of Delta output.
 
-Design. A Delta table's log (``_delta_log/<version>.json``, each created exclusively: an S3
-PUT with ``If-None-Match: *``, or an atomic no-replace rename on local disk) is the single
-point of truth, as the fenced log is for Parquet output. Batch N of a stream is ONE Delta
-commit carrying together:
-
-- the add actions of the Parquet files the executors wrote (unique names, Delta statistics;
-  ``orderedstream.sinks.deltafiles``), so no reader sees any of them before the commit and
-  files of failed attempts are never referenced (vacuum deletes them later);
-- an application transaction ``Transaction(app_id=writer_id, version=N)``: the idempotence key
-  Spark's own Delta sink uses (``txnAppId`` / ``txnVersion``). ``writer_id`` is the configured,
-  stable name of the stream, not Spark's query id (a lost checkpoint gives a new query id);
-- ``commitInfo["orderedstream"]``: the writer id, N, a token unique to this attempt, the Kafka
-  offset ranges the batch covers (``topic/partition -> [first, end)``), the table's Arrow
-  schema, and ``extra`` verbatim (for the ordered stage each Kafka partition's state
-  manifest, so state version N of a partition is what batch N's Delta commit says: output
-  and state are published by one create and cannot disagree).
-
-Rules, checked on the driver with the log re-read (``DeltaBatchLog``):
-
-1. Before any file is written (``prepare``): if this writer's batch N is committed, the
-   committed offset ranges are compared with the replay's. Equal: a replay after a crash,
-   skipped. Different: another query (another checkpoint, which numbers its batches from 0)
-   writes this table under the same writer id; refused with ``CommitConflictError`` naming
-   the table, the batch and both ranges: skipping it would silently lose its records. A
-   batch id lower than the writer's latest committed one, but not committed itself, is
-   refused too (batch ids must grow). Then the schema (``check_schema``).
-2. The commit (``publish``) is made with delta-rs's automatic rebasing turned off
-   (``max_commit_retries=0``): a commit that loses the race for version v fails, and this
-   module re-reads the log and decides. If v (or any later version) holds batch N of this
-   writer with another token, a second writer committed the same batch first: refused
-   (``CommitConflictError``); no batch is ever committed twice. If the winner was something
-   else (compaction, another stream), the commit is retried at the next version.
-   Maintenance commits (``optimize``, vacuum) change no data and never carry a batch.
-
-Schema: the first batch sets it (and the partition columns); a batch with new nullable
-columns adds them (a metadata-only Delta commit before its files are written); any other
-change is ``SchemaMismatchError`` before a file is written. Log checkpoints are written by
-delta-rs after every ``checkpoint_interval``-th version (table property
-``delta.checkpointInterval``), so reads stay fast on a long-running table.
+Batch N of a stream is ONE Delta commit (each log entry created exclusively): the add actions
+of the files the executors wrote, the application transaction ``(writer_id, N)`` (the
+stream's stable name) and ``commitInfo["orderedstream"]``: token, Kafka offset ranges, schema
+and ``extra`` (the ordered stage's state manifests: output and state published by one
+create). ``DeltaCommitter.committed``, ``check_schema`` and ``publish`` state the rules. All
+of it runs on the driver but ``arrow_offsets`` and ``merge_offsets`` (executors too).
 """
 
 from __future__ import annotations
@@ -83,8 +50,17 @@ class DeltaPrepared:
 
 
 def delta_normalized(schema: pa.Schema, where: str) -> pa.Schema:
-    """``schema`` as a Delta table stores it (round trip through Delta's types), or
-    SchemaMismatchError naming the column type Delta cannot hold."""
+    """``schema`` as a Delta table stores it (a round trip through Delta's types).
+
+    Parameters
+    ----------
+    schema, where
+        A batch's Arrow schema, and how the error names the table.
+
+    Raises
+    ------
+    SchemaMismatchError
+        A column type Delta cannot hold (unsigned integers, nanosecond timestamps, ...)."""
     from deltalake import Schema as DeltaSchema
 
     try:
@@ -97,10 +73,8 @@ def delta_normalized(schema: pa.Schema, where: str) -> pa.Schema:
 
 
 class DeltaCommitter:
-    """Commits batches of one writer (``app_id``) to the Delta table at ``options.path``.
-
-    Driver-side (it holds a delta-rs table handle); executors get only ``options``.
-    """
+    """Commits batches of one writer (``app_id``) to the Delta table at ``options.path``;
+    driver side (it holds a delta-rs table handle; executors get only ``options``)."""
 
     def __init__(self, options: FencedParquetOptions, *, app_id: str,
                  checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL) -> None:
@@ -111,21 +85,21 @@ class DeltaCommitter:
         self.delta_options = delta_storage_options(self.url, options.storage_options)
         self.log = self.new_log()
         self._table: Any = None
-        self._prepared_at: int | None = None
-        """The batch whose ``prepare`` last read the table (its first commit attempt starts
-        from that snapshot)."""
+        self._prepared_at: int | None = None  # the batch whose prepare read the table last
 
     def new_log(self, *, private: bool = False) -> DeltaBatchLog:
-        """A batch log of this table and writer with caches of its own (``log`` is the
-        committer's); ``private``: its filesystem too (``storage.private_options``)."""
+        """A batch log of this table and writer with caches of its own (``log``: the committer's).
+
+        Parameters
+        ----------
+        private
+            Give it a filesystem of its own too (``storage.private_options``)."""
         options = self.options.storage_options
         return DeltaBatchLog(self.url, private_options(options) if private else options,
                              writer_id=self.app_id)
 
-    # ---- the delta-rs handle ------------------------------------------------------------
     def table(self) -> Any:
-        """The delta-rs ``DeltaTable`` at its latest version, or None before the first
-        commit."""
+        """The delta-rs ``DeltaTable`` at its latest version, or None before the first commit."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
@@ -144,14 +118,32 @@ class DeltaCommitter:
         return self._table is not None
 
     def table_schema(self) -> pa.Schema | None:
+        """The table's Arrow schema at its latest version, or None before the first commit."""
         table = self.table()
         return None if table is None else pa.schema(table.schema().to_arrow())
 
-    # ---- step 1: before any file is written --------------------------------------------
     def committed(self, batch_id: int, replay_offsets: Callable[[], Offsets]
                   ) -> CommitRecord | None:
-        """The record of ``batch_id`` when this writer committed it with the replay's offset
-        ranges (skip the batch), None when it is new; CommitConflictError otherwise."""
+        """Rule 1, before any file is written: is this writer's batch ``batch_id`` committed?
+        With the replay's offset ranges it is a replay (skip it); with others, another query
+        (checkpoint) writes the table under this writer id: refused, a skip would lose rows.
+
+        Parameters
+        ----------
+        batch_id
+            The batch about to be written.
+        replay_offsets
+            Computes this run's offset ranges of the batch (only for a committed batch).
+
+        Returns
+        -------
+        CommitRecord or None
+            None for a new batch.
+
+        Raises
+        ------
+        CommitConflictError
+            Committed with other offset ranges, or below the latest committed batch id."""
         self.log.refresh()
         newest = self.log.latest_version()  # one look for new versions serves both reads
         entry = self.log.batch_entry(batch_id, upto=newest)
@@ -178,8 +170,24 @@ class DeltaCommitter:
             "records): give each checkpoint its own writer id, or resume the first checkpoint")
 
     def check_schema(self, batch_schema: pa.Schema) -> pa.Schema:
-        """The table schema after this batch; new nullable columns are added to the table
-        now (a metadata-only commit); any other change is SchemaMismatchError."""
+        """The table schema after this batch (the first one sets it and the partition
+        columns); new nullable columns are added to the table now (a metadata-only commit).
+
+        Parameters
+        ----------
+        batch_schema
+            The batch's Arrow schema.
+
+        Returns
+        -------
+        pyarrow.Schema
+
+        Raises
+        ------
+        SchemaMismatchError
+            Any other change (types, partition columns, a missing or non-nullable column).
+        CommitConflictError
+            Adding columns lost to too many concurrent commits."""
         where = f"Delta table {self.url}"
         batch = delta_normalized(batch_schema, where)
         table = self.table()
@@ -220,7 +228,18 @@ class DeltaCommitter:
     def prepare(self, batch_id: int, batch_schema: pa.Schema,
                 replay_offsets: Callable[[], Offsets]) -> CommitRecord | DeltaPrepared:
         """Step 1: the committed record of a replayed batch (skip it), else the schema and
-        token to publish it with."""
+        token to publish it with; raises as ``committed`` and ``check_schema`` do.
+
+        Parameters
+        ----------
+        batch_id, batch_schema
+            The batch about to be written and its Arrow schema.
+        replay_offsets
+            Computes its Kafka offset ranges (see ``committed``).
+
+        Returns
+        -------
+        CommitRecord or DeltaPrepared"""
         existing = self.committed(batch_id, replay_offsets)
         if existing is not None:
             return existing
@@ -229,12 +248,33 @@ class DeltaCommitter:
         self._prepared_at = batch_id
         return DeltaPrepared(batch_id=batch_id, schema=schema, token=uuid.uuid4().hex)
 
-    # ---- step 2: the commit -------------------------------------------------------------
     def publish(self, prepared: DeltaPrepared, files: Iterable[DataFile], *,
                 offsets: Offsets, extra: Mapping[str, Any] | None = None) -> CommitRecord:
-        """Make batch ``prepared.batch_id``'s ONE Delta commit: ``files`` + the application
-        transaction + offsets + ``extra``. CommitConflictError when another writer committed
-        this batch (or a later one) first; nothing of this attempt is visible then."""
+        """Rule 2: make batch ``prepared.batch_id``'s ONE Delta commit (``files``, the
+        application transaction, ``offsets``, ``extra``). delta-rs's rebasing is off: a commit
+        losing a version's race fails, the log is re-read, and this batch found there with
+        another token is refused; another winner (compaction) means a retry at the next one.
+
+        Parameters
+        ----------
+        prepared
+            What ``prepare`` returned.
+        files, offsets
+            The data files the executors wrote, and the batch's Kafka offset ranges.
+        extra
+            JSON stored verbatim in the commit.
+
+        Returns
+        -------
+        CommitRecord
+
+        Raises
+        ------
+        CommitConflictError
+            Another attempt committed this batch or a later one first, or too many commits
+            raced; nothing of this attempt is visible.
+        SchemaMismatchError
+            ``files`` hold nulls in NOT NULL columns; nothing is committed."""
         from deltalake import Schema as DeltaSchema
         from deltalake.exceptions import CommitFailedError, DeltaError
         from deltalake.transaction import (
@@ -260,14 +300,11 @@ class DeltaCommitter:
                                  app_transactions=[Transaction(self.app_id, batch_id)])
         actions = [add_action(f) for f in files]
         for attempt in range(COMMIT_ATTEMPTS):
-            # The first attempt starts from the snapshot this batch's prepare read (no second
-            # listing of the log): a commit made since then takes the version this one would,
-            # so this one fails and the next attempt reads the log again and decides.
+            # The first attempt reuses prepare's snapshot: a commit since then makes it fail.
             reuse = attempt == 0 and self._prepared_at == batch_id and self._table is not None
             table = self._table if reuse else self.table()
             self._prepared_at = None
-            # The check is made against the very snapshot the commit is based on: delta-rs
-            # commits at its version + 1 or fails (no rebase), so nothing can slip in between.
+            # Checked on the snapshot the commit is based on (version + 1 or fail, no rebase).
             done = None if table is None else table.transaction_version(self.app_id)
             if done is not None and done >= batch_id:
                 decided = self._decided(batch_id, prepared.token, table.version())
@@ -306,10 +343,8 @@ class DeltaCommitter:
                                   f"{COMMIT_ATTEMPTS} attempts: too many concurrent commits")
 
     def _own_commit(self, batch_id: int, token: str, version: int) -> DeltaEntry | None:
-        """This attempt's commit read back from Delta ``version`` (one GET), or None when that
-        version is not it (then the loop re-reads the log and decides, as after a lost
-        race). delta-rs with ``max_commit_retries=0`` commits at its snapshot's version + 1
-        or fails, so after a successful commit no listing is needed to find it."""
+        """This attempt's commit read back from Delta ``version`` (one GET, no listing), or
+        None when that version is not it (the loop then re-reads the log and decides)."""
         entry = self.log.entry(version)
         if entry is None or entry.record.batch_id != batch_id or entry.record.token != token:
             return None
@@ -320,7 +355,7 @@ class DeltaCommitter:
         None when batch ``batch_id`` is not there; CommitConflictError when another writer
         committed it (or a later batch) first."""
         self.log.refresh()
-        for _ in range(500):  # a lagging listing: wait it out (at most ~5 s)
+        for _ in range(500):  # a lagging listing: wait it out (500 short sleeps at most)
             if (self.log.latest_version() or 0) >= version:
                 break
             time.sleep(0.01)
@@ -348,13 +383,16 @@ def _ranges(offsets: Mapping[str, list[int]]) -> str:
     return "{" + ", ".join(f"{k}: [{v[0]}, {v[1]})" for k, v in sorted(offsets.items())) + "}"
 
 
-
-
 def frame_offsets(frame: Any) -> Offsets:
     """The Kafka offset ranges a batch DataFrame covers, ``topic/partition -> [first, end)``:
     the planned ranges of ``orderedkafka`` ``emit=ranges`` rows (``startOffset`` /
     ``endOffset``), else min and max + 1 of the ``offset`` column per topic-partition (one
-    Spark aggregation); {} when the frame has no Kafka columns."""
+    Spark aggregation); {} when the frame has no Kafka columns.
+
+    Parameters
+    ----------
+    frame
+        A batch's Spark DataFrame."""
     columns = set(frame.columns)
     if {"topic", "partition", "startOffset", "endOffset"} <= columns:
         rows = frame.select("topic", "partition", "startOffset", "endOffset").collect()
@@ -371,7 +409,12 @@ def frame_offsets(frame: Any) -> Offsets:
 
 
 def merge_offsets(found: Iterable[Mapping[str, list[int]]]) -> Offsets:
-    """Offset ranges from several tasks merged per topic-partition (min first, max end)."""
+    """Offset ranges from several tasks merged per topic-partition (min first, max end).
+
+    Parameters
+    ----------
+    found
+        ``topic/partition -> [first, end)`` mappings."""
     out: Offsets = {}
     for ranges in found:
         for key, (first, end) in ranges.items():
@@ -382,7 +425,12 @@ def merge_offsets(found: Iterable[Mapping[str, list[int]]]) -> Offsets:
 
 def arrow_offsets(batch: pa.RecordBatch) -> Offsets:
     """Offset ranges of one Arrow batch with ``topic`` / ``partition`` / ``offset`` columns
-    ({} without them): used by executors while they write, so it costs no extra pass."""
+    ({} without them): used by executors while they write, so it costs no extra pass.
+
+    Parameters
+    ----------
+    batch
+        Rows about to be written."""
     if not {"topic", "partition", "offset"} <= set(batch.schema.names) or batch.num_rows == 0:
         return {}
     grouped = (pa.Table.from_batches([batch]).select(["topic", "partition", "offset"])

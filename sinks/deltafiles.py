@@ -22,14 +22,44 @@ from orderedstream.sinks.writer import HIVE_NULL
 
 
 def partition_values(file: DataFile) -> dict[str, str | None]:
-    """The Delta ``partitionValues`` of a file: raw values (Hive escaping undone, null)."""
+    """The Delta ``partitionValues`` of a file: raw values (Hive escaping undone, null).
+
+    Parameters
+    ----------
+    file
+        A written file; its ``partition`` holds Hive-escaped directory values.
+
+    Returns
+    -------
+    dict
+        Column -> raw value, None for Hive's null partition.
+
+    Runs on
+    -------
+    driver"""
     return {k: None if v == HIVE_NULL else urllib.parse.unquote(v)
             for k, v in file.partition.items()}
 
 
 def add_action(file: DataFile, *, modification_ms: int | None = None) -> Any:
     """delta-rs ``AddAction`` of a written file (its path percent-encoded, as Delta's log
-    stores paths: a Hive-escaped ``%3A`` in the object key is ``%253A`` in the log)."""
+    stores paths: a Hive-escaped ``%3A`` in the object key is ``%253A`` in the log).
+
+    Parameters
+    ----------
+    file
+        A file the executors wrote (path relative to the table root, size, rows, stats).
+    modification_ms
+        The action's ``modificationTime`` in milliseconds since the epoch; None: now.
+
+    Returns
+    -------
+    deltalake.transaction.AddAction
+        The action, ``dataChange`` true, ``stats`` the file's (or just its row count).
+
+    Runs on
+    -------
+    driver"""
     from deltalake.transaction import AddAction
 
     stats = dict(file.stats or {"numRecords": file.rows})
@@ -43,7 +73,23 @@ def null_counts_in_not_null_columns(files: Iterable[DataFile], schema: Any,
                                     ) -> dict[str, int]:
     """Column -> nulls that ``files`` hold in the columns ``schema`` (pyarrow) declares not
     nullable, from the files' Delta statistics and partition values (Delta's NOT NULL
-    invariant, which delta-rs does not check for files it is handed)."""
+    invariant, which delta-rs does not check for files it is handed).
+
+    Parameters
+    ----------
+    files
+        The files about to be committed.
+    schema
+        The table's pyarrow schema after the batch.
+
+    Returns
+    -------
+    dict
+        Column -> null count, only for NOT NULL columns that hold nulls; empty when none do.
+
+    Runs on
+    -------
+    driver"""
     required = [field.name for field in schema if not field.nullable]
     found: dict[str, int] = {}
     for file in files if required else ():
@@ -59,11 +105,40 @@ def null_counts_in_not_null_columns(files: Iterable[DataFile], schema: Any,
 
 
 def log_path(delta_path: str) -> str:
-    """The object key (relative to the table root) of a path as the Delta log writes it."""
+    """The object key (relative to the table root) of a path as the Delta log writes it.
+
+    Parameters
+    ----------
+    delta_path
+        An add or remove action's ``path`` (percent-encoded).
+
+    Returns
+    -------
+    str
+        The path decoded once (Hive escapes stay).
+
+    Runs on
+    -------
+    driver"""
     return urllib.parse.unquote(delta_path)
 
 
 def is_s3(url: str) -> bool:
+    """Whether ``url`` names S3 (``s3://`` or ``s3a://``, any case).
+
+    Parameters
+    ----------
+    url
+        A table location.
+
+    Returns
+    -------
+    bool
+        False for a path without a scheme.
+
+    Runs on
+    -------
+    driver"""
     return url.split("://", 1)[0].lower() in ("s3", "s3a") if "://" in url else False
 
 
@@ -78,7 +153,23 @@ def delta_storage_options(url: str, storage_options: Mapping[str, Any] | None) -
     ``If-None-Match: *`` on the log entry), which AWS S3, MinIO and SeaweedFS support, so no
     lock service is needed. Keys already in delta-rs form (``AWS_*`` / ``aws_*``) pass through
     and win. Without keys, delta-rs takes credentials from the AWS environment chain.
-    """
+
+    Parameters
+    ----------
+    url
+        The Delta table's location.
+    storage_options
+        The pack's storage options for ``url`` (s3fs keys, or the ``gcs`` / ``azure``
+        entries).
+
+    Returns
+    -------
+    dict
+        delta-rs storage options; empty for a local path or another scheme.
+
+    Runs on
+    -------
+    driver"""
     scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
     if scheme in ("gs", "gcs", "az", "abfs", "abfss", "adl"):
         return _cloud_delta_options(scheme, storage_options)

@@ -54,7 +54,22 @@ RESULT_SCHEMA = "files string, offsets string"
 def delta_write_task(options: FencedParquetOptions,
                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """mapInArrow function (pickled to executors): write this task's rows as Delta data
-    files, yield one row with the JSON list of files and the offset ranges written."""
+    files, yield one row with the JSON list of files and the offset ranges written.
+
+    Parameters
+    ----------
+    options
+        The writer's options (``file_stats`` set: files carry Delta statistics).
+
+    Returns
+    -------
+    callable
+        Arrow batches -> one batch of ``RESULT_SCHEMA``: ``files`` (JSON list of
+        ``DataFile.to_dict()``) and ``offsets`` (JSON ``topic/partition -> [first, end)``).
+
+    Runs on
+    -------
+    driver (built), executor (run)"""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         seen: list[dict[str, list[int]]] = []
@@ -148,7 +163,23 @@ class DeltaBatchWriter:
 
     def extra(self, batch_df: Any, batch_id: int) -> dict[str, Any]:
         """JSON stored in the Delta commit (``commitInfo.orderedstream.extra``); override to
-        add more (``query_id`` is added to it)."""
+        add more (``query_id`` is added to it).
+
+        Parameters
+        ----------
+        batch_df
+            The batch's DataFrame, as ``foreachBatch`` passed it.
+        batch_id
+            The batch id.
+
+        Returns
+        -------
+        dict
+            JSON-serializable values; here ``{"entry": "foreachBatch"}``.
+
+        Runs on
+        -------
+        driver"""
         return {"entry": "foreachBatch"}
 
 
@@ -159,7 +190,30 @@ def streaming_query_id(batch_df: Any, *, checkpoint_location: str | None = None,
 
     Under Spark Connect tasks and callbacks see no local properties: the id is read from the
     query's checkpoint (``<checkpoint_location>/metadata``, Spark's ``{"id": ...}``) when
-    ``checkpoint_location`` is given, else None."""
+    ``checkpoint_location`` is given, else None.
+
+    Parameters
+    ----------
+    batch_df
+        The batch's DataFrame, as ``foreachBatch`` passed it.
+    checkpoint_location
+        The query's checkpoint location (read under Spark Connect only).
+    storage_options
+        The pack's storage options for ``checkpoint_location``.
+
+    Returns
+    -------
+    str or None
+        The query id, or None when it cannot be known.
+
+    Raises
+    ------
+    CorruptLogError
+        Under Spark Connect: the checkpoint's metadata is not Spark's JSON.
+
+    Runs on
+    -------
+    driver"""
     if is_connect(batch_df.sparkSession):
         if checkpoint_location is None:
             return None
@@ -173,8 +227,29 @@ def streaming_query_id(batch_df: Any, *, checkpoint_location: str | None = None,
 
 def checkpoint_query_id(checkpoint_location: str,
                         storage_options: Mapping[str, Any] | None = None) -> str | None:
-    """The streaming query id Spark keeps in ``<checkpoint_location>/metadata``, or None when
-    the checkpoint has no metadata yet. Raises CorruptLogError when it is not Spark's JSON."""
+    """The streaming query id Spark keeps in ``<checkpoint_location>/metadata``.
+
+    Parameters
+    ----------
+    checkpoint_location
+        The query's checkpoint: a local path, ``file:``, ``s3://`` / ``s3a://`` or another
+        fsspec URL.
+    storage_options
+        The pack's storage options for it.
+
+    Returns
+    -------
+    str or None
+        The id, or None when the checkpoint has no metadata yet.
+
+    Raises
+    ------
+    CorruptLogError
+        The metadata's first line is not Spark's JSON with an ``"id"``.
+
+    Runs on
+    -------
+    driver"""
     location = checkpoint_location
     if location.startswith(("s3a://", "s3n://")):
         location = "s3://" + location.split("://", 1)[1]

@@ -1,22 +1,8 @@
 """Read a Delta table's log as the pack's batch log: ``DeltaBatchLog`` and ``open_batch_log``.
 
-The ordered stage, state retention, ``output_df`` and the replay tool read batch records
-through the ``CommitLog`` read API (``get(batch_id)``, ``latest()``, ``latest_batch_record()``,
-``latest_version()``, ``read_version(v)``, ``records(start, end)``). ``DeltaBatchLog`` offers
-the same API over ``<table>/_delta_log``: every Delta version becomes a ``CommitRecord`` whose
-``files`` are its add actions (object keys relative to the root, rows and statistics from
-the action's ``stats``, Hive-escaped partition values), ``removes`` its remove actions, and,
-for a commit this pack made, ``batch_id``, ``writer_id`` (the Delta application id), ``token``,
-``schema`` and ``extra`` (verbatim: the ordered stage's state manifests and whatever other
-keys a committer stores) from the commit's ``commitInfo["orderedstream"]``. Other commits
-(compaction, another engine's writes) are records with ``batch_id`` None.
-
-``DeltaEntry`` adds what only Delta commits carry: the Kafka offset ranges of the batch and
-the application transaction. ``open_batch_log(url)`` picks the right log by what is at
-``url``: ``_delta_log`` -> ``DeltaBatchLog``, ``_fenced`` -> ``CommitLog``.
-
-The log files are read directly (JSON lines; one GET per version, cached: versions never
-change), so finding the latest batch costs one LIST then cheap probes, like ``CommitLog``.
+``DeltaBatchLog`` is ``CommitLog``'s read API over ``<table>/_delta_log`` (one cached GET per
+version): each version is a ``CommitRecord``, with the batch id, writer id, token, schema and
+``extra`` of a pack commit's ``commitInfo["orderedstream"]``. All of it runs on the driver.
 """
 
 from __future__ import annotations
@@ -63,7 +49,23 @@ def _file(add: Mapping[str, Any]) -> DataFile:
 
 
 def parse_version(data: bytes, version: int, where: str) -> DeltaEntry:
-    """One ``_delta_log/<version>.json`` as a ``DeltaEntry`` (CorruptLogError if malformed)."""
+    """One ``_delta_log/<version>.json`` as a ``DeltaEntry``.
+
+    Parameters
+    ----------
+    data
+        The log entry's bytes (JSON lines).
+    version, where
+        Its Delta version, and how the error names it (its path).
+
+    Returns
+    -------
+    DeltaEntry
+
+    Raises
+    ------
+    CorruptLogError
+        ``data`` is not a valid Delta log entry."""
     info: dict[str, Any] = {}
     files: list[DataFile] = []
     removes: list[str] = []
@@ -101,7 +103,9 @@ class DeltaBatchLog:
     """The ``CommitLog`` read API over a Delta table's log (driver side, cached).
 
     ``writer_id``: when set, only this application id's commits count as batch records (a
-    table written by several streams numbers each stream's batches independently).
+    table written by several streams numbers each stream's batches independently). ``upto``: a
+    newest version the caller has just looked up (None: ``latest_version()``). Any method
+    that reads a log entry that is not valid Delta JSON raises ``CorruptLogError``.
     """
 
     CACHE_ENTRIES = 4096
@@ -111,8 +115,7 @@ class DeltaBatchLog:
         self.url = url.rstrip("/")
         self.storage_options = dict(storage_options or {})
         self.writer_id = writer_id
-        # S3 without s3fs until something other than obstore's GETs and listings needs it
-        self.fs, root = lazys3.url_to_fs(self.url, self.storage_options)
+        self.fs, root = lazys3.url_to_fs(self.url, self.storage_options)  # s3fs when needed
         self.root = root.rstrip("/")
         self.log_dir = f"{self.root}/{DELTA_LOG}"
         self._cache: dict[int, DeltaEntry] = {}
@@ -134,13 +137,20 @@ class DeltaBatchLog:
         return entry
 
     def entry(self, version: int) -> DeltaEntry | None:
-        """Delta version ``version`` as a ``DeltaEntry``, or None when it does not exist (or
-        its log entry was cleaned up after a checkpoint)."""
+        """Delta version ``version`` (cached), or None when it is missing or cleaned up.
+
+        Parameters
+        ----------
+        version
+            A Delta version.
+
+        Returns
+        -------
+        DeltaEntry or None"""
         cached = self._cache.get(version)
         if cached is not None:
             return cached
-        # s3fs answers cat_file from a cached listing of the folder when it has one (fsspec
-        # filesystems are shared per process): drop it, or a new version looks missing.
+        # s3fs may answer from a cached listing: drop it, or a new version looks missing
         self.fs.invalidate_cache(self.log_dir)
         try:
             data = read_object(self.fs, self._path(version))
@@ -153,16 +163,26 @@ class DeltaBatchLog:
         return found
 
     def read_version(self, version: int) -> CommitRecord | None:
+        """The record of Delta version ``version``, or None (see ``entry``).
+
+        Parameters
+        ----------
+        version
+            A Delta version.
+
+        Returns
+        -------
+        CommitRecord or None"""
         found = self.entry(version)
         return None if found is None else found.record
 
     def exists(self) -> bool:
+        """Whether the table has a version."""
         return self.latest_version() is not None
 
     def latest_version(self) -> int | None:
-        """Newest Delta version, or None before the table exists. Starts from the version
-        already known, else from ``_last_checkpoint``, else from one LIST of the log, then
-        probes the next versions (GETs; versions only grow, so a known one is a lower bound)."""
+        """Newest Delta version, or None before the table exists: from the version known, else
+        ``_last_checkpoint``, else one LIST, then GETs probe the next versions (they only grow)."""
         if self._hint is None:
             self._hint = self._start_version()
             if self._hint is None:
@@ -189,8 +209,7 @@ class DeltaBatchLog:
 
     def _list_log(self) -> list[str] | None:
         """The names of the log folder's objects (None when it does not exist): through
-        obstore on S3 (the driver imports no s3fs for a table's first look: its client costs
-        about 0.25 s of CPU there), else with the filesystem."""
+        obstore on S3 (no s3fs import: docs/decisions/0013-obstore-for-small-puts.md)."""
         found = objectstore.find(self.fs, self.log_dir)
         if found is not None:
             prefix = self.log_dir.rstrip("/") + "/"
@@ -205,12 +224,19 @@ class DeltaBatchLog:
             self.fs.invalidate_cache(self.log_dir)  # never leave a listing for others to trust
 
     def refresh(self) -> None:
-        """Look for versions committed since (the next ``latest_version`` probes forward
-        from the newest version known; nothing is re-listed)."""
+        """Look for new versions (the next ``latest_version`` probes forward; no re-listing)."""
 
     def entries(self, start: int = 0, end: int | None = None) -> Iterator[DeltaEntry]:
-        """Entries of versions ``start``..``end`` (inclusive; default: the latest); versions
-        whose log entry was cleaned up after a checkpoint are left out."""
+        """Entries of versions ``start``..``end``, oldest first, skipping cleaned-up ones.
+
+        Parameters
+        ----------
+        start, end
+            The first and last version; ``end`` None: the latest.
+
+        Returns
+        -------
+        Iterator of DeltaEntry"""
         last = self.latest_version() if end is None else end
         if last is None:
             return
@@ -220,12 +246,32 @@ class DeltaBatchLog:
                 yield found
 
     def records(self, start: int = 0, end: int | None = None) -> Iterator[CommitRecord]:
+        """The records of ``entries(start, end)``, oldest first.
+
+        Parameters
+        ----------
+        start, end
+            The first and last version; ``end`` None: the latest.
+
+        Returns
+        -------
+        Iterator of CommitRecord"""
         for found in self.entries(start, end):
             yield found.record
 
     def batch_entry(self, batch_id: int, *, upto: int | None = None) -> DeltaEntry | None:
-        """The entry of streaming batch ``batch_id`` (scans back from the newest version, or
-        from ``upto``, a newest version the caller has just looked up)."""
+        """The entry of streaming batch ``batch_id`` (scanning back from ``upto``), or None.
+
+        Parameters
+        ----------
+        batch_id
+            The streaming batch id.
+        upto
+            The version to scan back from.
+
+        Returns
+        -------
+        DeltaEntry or None"""
         version = self.latest_version() if upto is None else upto
         while version is not None and version >= 0:
             found = self.entry(version)
@@ -238,10 +284,30 @@ class DeltaBatchLog:
         return None
 
     def get(self, batch_id: int) -> CommitRecord | None:
+        """The record of streaming batch ``batch_id``, or None when it is not committed.
+
+        Parameters
+        ----------
+        batch_id
+            The streaming batch id.
+
+        Returns
+        -------
+        CommitRecord or None"""
         found = self.batch_entry(batch_id)
         return None if found is None else found.record
 
     def latest_batch_entry(self, *, upto: int | None = None) -> DeltaEntry | None:
+        """The entry of the newest streaming batch, or None before the first batch.
+
+        Parameters
+        ----------
+        upto
+            The version to scan back from.
+
+        Returns
+        -------
+        DeltaEntry or None"""
         version = self.latest_version() if upto is None else upto
         while version is not None and version >= 0:
             found = self.entry(version)
@@ -251,23 +317,27 @@ class DeltaBatchLog:
         return None
 
     def latest_batch_record(self) -> CommitRecord | None:
+        """The record of the newest streaming batch, or None before the first batch."""
         found = self.latest_batch_entry()
         return None if found is None else found.record
 
     def latest(self) -> int | None:
+        """The newest committed batch id, or None before the first batch."""
         record = self.latest_batch_record()
         return None if record is None else record.batch_id
 
 
 class DeltaOutput:
     """The committed rows of a Delta table, read with delta-rs (``to_arrow()`` like
-    ``FencedTable``): exactly the files the log's current version adds, never an orphan."""
+    ``FencedTable``): the files the current version adds, never an orphan. Both methods raise
+    delta-rs's ``TableNotFoundError`` when there is no Delta table at ``url``."""
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = url.rstrip("/")
         self.storage_options = dict(storage_options or {})
 
     def delta_table(self) -> Any:
+        """The delta-rs ``DeltaTable`` at its latest version."""
         from deltalake import DeltaTable
 
         return DeltaTable(self.url,
@@ -276,10 +346,12 @@ class DeltaOutput:
     def to_arrow(self) -> Any:
         """Every committed row, as a ``pyarrow.Table`` in the table's own Arrow schema.
 
-        Read by delta-rs's engine (DataFusion, in Rust), not ``to_pyarrow_table()``: that
-        scans through a Python filesystem handler, and Arrow I/O threads still finishing that
-        scan abort a process that exits right after it (``terminate called without an active
-        exception``, about one exit in two here; the upstream issue delta-io/delta-rs#2184)."""
+        Read by delta-rs's engine (DataFusion), not ``to_pyarrow_table()``, whose Python
+        filesystem handler can abort a process exiting right after the scan (docs/outputs.md).
+
+        Returns
+        -------
+        pyarrow.Table"""
         import pyarrow as pa
         from deltalake import QueryBuilder
 
@@ -294,8 +366,17 @@ BatchLog = CommitLog | DeltaBatchLog
 
 def table_format(url: str, storage_options: Mapping[str, Any] | None = None
                  ) -> Literal["delta", "parquet"] | None:
-    """``"delta"`` when ``url`` holds ``_delta_log``, ``"parquet"`` for a fenced table
-    (``_fenced``), None when neither exists yet."""
+    """Which table ``url`` holds: ``"delta"`` (``_delta_log``), ``"parquet"`` (``_fenced``).
+
+    Parameters
+    ----------
+    url, storage_options
+        A table root and the pack's storage options for it.
+
+    Returns
+    -------
+    ``"delta"``, ``"parquet"`` or None
+        None when neither exists yet."""
     fs, root = lazys3.url_to_fs(url.rstrip("/"), storage_options)  # obstore: no s3fs import
     root = root.rstrip("/")
     for name, kind in ((DELTA_LOG, "delta"), ("_fenced", "parquet")):
@@ -312,7 +393,21 @@ def table_format(url: str, storage_options: Mapping[str, Any] | None = None
 def check_no_other_format(url: str, storage_options: Mapping[str, Any] | None, *,
                           writing: Literal["delta", "parquet"], who: str) -> None:
     """Refuse to write ``writing`` where ``url`` already holds the other format: two logs in
-    one folder, each blind to the other's files (a vacuum of one deletes the other's data)."""
+    one folder, each blind to the other's files (a vacuum of one deletes the other's data).
+
+    Parameters
+    ----------
+    url, storage_options
+        The output location and the pack's storage options for it.
+    writing
+        The format about to be written.
+    who
+        How the error names the writer (e.g. ``"format('fenceddelta')"``).
+
+    Raises
+    ------
+    OptionError
+        ``url`` holds a table of the other format."""
     found = table_format(url, storage_options)
     if found is None or found == writing:
         return
@@ -325,8 +420,23 @@ def check_no_other_format(url: str, storage_options: Mapping[str, Any] | None, *
 
 def open_batch_log(url: str, storage_options: Mapping[str, Any] | None = None, *,
                    writer_id: str | None = None) -> BatchLog:
-    """The batch log of the table at ``url``: ``DeltaBatchLog`` when it holds ``_delta_log``,
-    ``CommitLog`` when it is a fenced Parquet table; StateNotFoundError when it is neither."""
+    """The batch log of the table at ``url``, by what it holds (``table_format``).
+
+    Parameters
+    ----------
+    url, storage_options
+        The table root and the pack's storage options for it.
+    writer_id
+        Delta only: the application id whose commits count as batch records; None: any.
+
+    Returns
+    -------
+    DeltaBatchLog or CommitLog
+
+    Raises
+    ------
+    StateNotFoundError
+        ``url`` holds neither table."""
     kind = table_format(url, storage_options)
     if kind == "delta":
         return DeltaBatchLog(url, storage_options, writer_id=writer_id)

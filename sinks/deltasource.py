@@ -30,7 +30,7 @@ table again every batch. Each decision still reads the log's latest versions, as
 foreachBatch writer's long-lived committer does. Those processes (and the executors' workers,
 in ``write_parquet_files``) freeze their long-lived heap (``orderedstream.core.workerheap``):
 Spark's full garbage collection after every call then skips pyarrow's, botocore's and
-delta-rs's objects (60-170 ms of CPU per call and process before).
+delta-rs's long-lived objects instead of walking them all again each time.
 """
 
 from __future__ import annotations
@@ -102,10 +102,40 @@ class FencedDeltaDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """``"fenceddelta"``: the name ``writeStream.format`` takes."""
         return "fenceddelta"
 
     @reason_first_in_worker
     def streamWriter(self, schema: StructType, overwrite: bool) -> FencedDeltaStreamWriter:
+        """The writer of this query's batches: checks the schema (adding new nullable
+        columns) and, before the first commit, that the location can be written.
+
+        Parameters
+        ----------
+        schema
+            The streaming DataFrame's schema.
+        overwrite
+            Spark's output mode flag; not used (batches are always appended).
+
+        Returns
+        -------
+        FencedDeltaStreamWriter
+            Pickled to the executors for ``write``, without its delta-rs handle.
+
+        Raises
+        ------
+        SchemaMismatchError
+            The schema or partition columns cannot be appended to the table's.
+        LocationError
+            The output location cannot be read, or (before the first commit) written.
+        OptionError
+            The location already holds a fenced Parquet table.
+        CommitConflictError
+            Adding new columns lost too many concurrent commits.
+
+        Runs on
+        -------
+        driver (planning, and again in each commit process)"""
         return FencedDeltaStreamWriter(self.parsed, schema)
 
 
@@ -137,6 +167,22 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
         return state
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        """Write this task's rows as Delta data files (not visible until the commit).
+
+        Parameters
+        ----------
+        iterator
+            The task's rows as Arrow batches.
+
+        Returns
+        -------
+        DeltaCommitMessage
+            The files written and the Kafka offset ranges of their rows (none without
+            ``topic`` / ``partition`` / ``offset`` columns).
+
+        Runs on
+        -------
+        executor"""
         seen: list[dict[str, list[int]]] = []
 
         def tap(source: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -152,6 +198,27 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
                                                       sorted(merged.items())))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Make batch ``batchId``'s one Delta commit; a replay with the committed offset
+        ranges is skipped. After an error the next batch loads the table afresh.
+
+        Parameters
+        ----------
+        messages
+            The write tasks' messages (None for a task that sent none).
+        batchId
+            The micro-batch id (the application transaction's version).
+
+        Raises
+        ------
+        CommitConflictError
+            The batch is committed with other offset ranges, a later batch is committed, or
+            another attempt committed it first; nothing of this attempt is visible.
+        SchemaMismatchError
+            The files hold nulls in NOT NULL columns; nothing is committed.
+
+        Runs on
+        -------
+        driver (a commit process)"""
         mine = [m for m in messages if isinstance(m, DeltaCommitMessage)]
         offsets = merge_offsets({k: [a, b] for k, a, b in m.offsets} for m in mine)
         committer = self._committer or _shared_committer(self.options)
@@ -169,7 +236,18 @@ class FencedDeltaStreamWriter(DataSourceStreamArrowWriter):
             raise
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: nothing to undo; written files stay unreferenced until vacuum."""
+        """Log the abort; nothing to undo: written files stay unreferenced until vacuum.
+
+        Parameters
+        ----------
+        messages
+            The messages of the tasks that finished.
+        batchId
+            The micro-batch id.
+
+        Runs on
+        -------
+        driver"""
         log.warning("batch %s of %s aborted; its files are left for vacuum", batchId,
                     self.options.path)
 

@@ -83,10 +83,36 @@ class FileStats:
     columns: dict[str, _ColumnStats] = field(default_factory=dict)
 
     def update(self, batch: pa.RecordBatch) -> None:
+        """Add one written Arrow batch to the running statistics of its columns.
+
+        Parameters
+        ----------
+        batch
+            Rows just handed to the file's Parquet writer (data columns only).
+
+        Runs on
+        -------
+        executor (the writer's background thread)"""
         for name, column in zip(batch.schema.names, batch.columns, strict=True):
             self.columns.setdefault(name, _ColumnStats()).update(column)
 
     def to_delta(self, rows: int) -> dict[str, Any]:
+        """The file's statistics as a Delta add action's ``stats`` (before JSON encoding).
+
+        Parameters
+        ----------
+        rows
+            The file's row count (``numRecords``).
+
+        Returns
+        -------
+        dict
+            ``numRecords``, ``minValues`` and ``maxValues`` (only columns with a safe bound),
+            ``nullCount`` (every column).
+
+        Runs on
+        -------
+        executor"""
         cols = self.columns
         return {
             "numRecords": rows,

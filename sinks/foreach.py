@@ -98,5 +98,21 @@ class FencedParquetBatchWriter:
                                          extra=self.extra(batch_df, batch_id))
 
     def extra(self, batch_df: Any, batch_id: int) -> dict[str, Any]:
-        """JSON stored in the commit record; override to add more."""
+        """JSON stored in the commit record (``extra``); override to add more.
+
+        Parameters
+        ----------
+        batch_df
+            The batch's DataFrame, as ``foreachBatch`` passed it.
+        batch_id
+            The batch id.
+
+        Returns
+        -------
+        dict
+            JSON-serializable values; here ``{"entry": "foreachBatch"}``.
+
+        Runs on
+        -------
+        driver"""
         return {"entry": "foreachBatch"}

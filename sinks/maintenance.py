@@ -35,6 +35,9 @@ from orderedstream.sinks.writer import ParquetFileWriter
 
 @dataclass(frozen=True)
 class CompactionResult:
+    """What ``compact`` did: its maintenance ``record`` (None: nothing to compact), the files
+    it ``removed`` and ``added``, and the ``rows`` it rewrote."""
+
     record: CommitRecord | None
     removed: int
     added: int
@@ -45,7 +48,46 @@ def compact(url: str, storage_options: Mapping[str, Any] | None = None, *,
             target_file_bytes: int = 128 * 1024**2, min_files: int = 2,
             compression: str = "zstd", row_group_rows: int = 1_000_000,
             metadata_compact_interval: int = DEFAULT_COMPACT_INTERVAL) -> CompactionResult:
-    """Rewrite small files (< target/2) of each partition holding at least ``min_files``."""
+    """Rewrite small files (< target/2) of each partition holding at least ``min_files``.
+
+    The rewritten files and the retired ones are published in one maintenance record at a
+    ``_spark_metadata`` compaction point (see the module docstring); a live stream may go on
+    writing meanwhile.
+
+    Parameters
+    ----------
+    url
+        The fenced table's root.
+    storage_options
+        fsspec options for ``url``.
+    target_file_bytes
+        The size of the rewritten files; files under half of it are small.
+    min_files
+        A partition is rewritten only from this many small files.
+    compression
+        The rewritten files' Parquet codec.
+    row_group_rows
+        Rows per row group of the rewritten files.
+    metadata_compact_interval
+        The table's ``_spark_metadata`` compaction interval, in versions.
+
+    Returns
+    -------
+    CompactionResult
+        Its ``record`` is None when nothing was compacted.
+
+    Raises
+    ------
+    TableIntegrityError
+        The rewritten rows differ from what the records list; nothing is published.
+    CommitConflictError
+        A newer version already retired one of the files.
+    CorruptLogError
+        A record or ``_spark_metadata`` entry cannot be read.
+
+    Runs on
+    -------
+    driver"""
     table = FencedTable(url, storage_options)
     snap = table.snapshot()
     if snap.version is None or snap.schema is None:
@@ -96,6 +138,9 @@ def compact(url: str, storage_options: Mapping[str, Any] | None = None, *,
 
 @dataclass(frozen=True)
 class VacuumResult:
+    """What ``vacuum`` deleted (or, in a dry run, would delete: paths relative to the root)
+    and how many unreferenced files it kept as younger than the grace period."""
+
     deleted: tuple[str, ...]
     kept_recent: int
 
@@ -103,7 +148,37 @@ class VacuumResult:
 def vacuum(url: str, storage_options: Mapping[str, Any] | None = None, *,
            grace_seconds: float = 24 * 3600, dry_run: bool = False,
            now: float | None = None) -> VacuumResult:
-    """Delete orphan and retired Parquet files older than ``grace_seconds``."""
+    """Delete orphan and retired Parquet files older than ``grace_seconds``.
+
+    Also deletes ``_spark_metadata`` entries Spark no longer reads, past the same grace
+    period; commit records are kept. A file whose age is unknown counts as new.
+
+    Parameters
+    ----------
+    url
+        The fenced table's root.
+    storage_options
+        fsspec options for ``url``.
+    grace_seconds
+        Only files older than this (since written, or since retired) are deleted.
+    dry_run
+        List what would be deleted, delete nothing.
+    now
+        The time ages are measured from, in seconds since the epoch; None: now.
+
+    Returns
+    -------
+    VacuumResult
+        The paths deleted (or to delete), sorted, and the count kept as too young.
+
+    Raises
+    ------
+    CorruptLogError
+        A commit record cannot be read.
+
+    Runs on
+    -------
+    driver"""
     table = FencedTable(url, storage_options)
     now = time.time() if now is None else now
     records = list(table.log.records()) if table.log.latest_version() is not None else []

@@ -39,7 +39,28 @@ _SPARK_OWNED = {"checkpointlocation", "queryname"}
 
 
 def parse_size(name: str, value: Any) -> int:
-    """``134217728``, ``128MB``, ``128m``, ``1GiB`` -> bytes (``option <name>`` in errors)."""
+    """A size option in bytes: ``134217728``, ``"128MB"``, ``"128m"``, ``"1GiB"``.
+
+    Parameters
+    ----------
+    name
+        The option's name, as errors give it (``option <name>``).
+    value
+        An int, or a number with an optional unit.
+
+    Returns
+    -------
+    int
+        The size in bytes, greater than 0.
+
+    Raises
+    ------
+    OptionError
+        ``value`` is not a size, or not positive.
+
+    Runs on
+    -------
+    driver"""
     return parse_size_bytes(value, f"option {name}")
 
 
@@ -64,11 +85,9 @@ class FencedParquetOptions:
     - ``partition_by``: Hive-style partition columns (Spark option: comma separated).
     - ``compression`` (zstd default) / ``compression_level``; ``row_group_rows`` (rows per
       Parquet row group, also the rows buffered per open file); ``row_group_bytes`` (a row
-      group also ends once its Arrow data reaches this size, default 8 MiB, about DuckDB's
-      122,880-row groups for ~100 B rows: bounds the memory per open file, and a task encodes
-      and uploads while Spark still sends rows; 16 MiB left a 250k-row task ~50 ms more of
-      encoding and upload after its last row);
-      ``target_file_bytes`` (roll
+      group also ends once its Arrow data reaches this size, default 8 MiB: bounds the
+      memory per open file, and a task encodes and uploads while Spark still sends rows;
+      docs/decisions/0020-parquet-row-group-bytes.md); ``target_file_bytes`` (roll
       to a new file past this size); ``max_open_files`` (per task, bounds memory when
       writing many partitions); ``metadata_compact_interval``: ``_spark_metadata`` compacts
       every N versions (1..10: Spark readers derive the interval from the files and only
@@ -94,8 +113,31 @@ class FencedParquetOptions:
                      ) -> FencedParquetOptions:
         """Parse Spark-style (string) or Python options, by Spark name (``partitionBy``) or
         field name (``partition_by``); unknown names are refused (OptionError naming the
-        closest accepted name and listing them all; ``sink``: the format named there), None
-        values ignored."""
+        closest accepted name and listing them all), None values ignored.
+
+        Parameters
+        ----------
+        options
+            Option name -> value; Spark's option names (``checkpointLocation``, ``queryName``)
+            are skipped.
+        sink
+            The format errors name (``"fencedparquet"``, ``"fenceddelta"``).
+
+        Returns
+        -------
+        FencedParquetOptions
+            The validated options (``path`` without a trailing slash).
+
+        Raises
+        ------
+        OptionError
+            An unknown option, no ``path``, ``storageOptions`` not a JSON object,
+            ``partitionBy`` naming a column twice, an unsupported ``compression``, or a
+            number or size out of range.
+
+        Runs on
+        -------
+        driver"""
         raw: dict[str, Any] = {}
         for key, value in options.items():
             normal = key.replace("_", "").lower()
@@ -148,7 +190,23 @@ class FencedParquetOptions:
 
 def unknown_option_message(sink: str, key: str) -> str:
     """``unknown <sink> option 'key' (did you mean 'close'?); accepted: ...``: the hint when
-    an accepted name is close (difflib; Spark hands option names over lower-cased)."""
+    an accepted name is close (difflib; Spark hands option names over lower-cased).
+
+    Parameters
+    ----------
+    sink
+        The format the message names.
+    key
+        The refused option name, as given.
+
+    Returns
+    -------
+    str
+        The error message.
+
+    Runs on
+    -------
+    driver"""
     by_normal = {name.lower(): name for name in ACCEPTED}
     close = difflib.get_close_matches(key.replace("_", "").lower(), list(by_normal), n=1,
                                       cutoff=0.7)

@@ -41,17 +41,36 @@ class Snapshot:
 
     @property
     def rows(self) -> int:
+        """The rows of the live files, from their records."""
         return sum(f.rows for f in self.files)
 
     @property
     def partition_columns(self) -> tuple[str, ...]:
+        """The Hive partition columns, in directory order (from a live file; () when none)."""
         return tuple(self.files[0].partition) if self.files else ()
 
 
 def apply_records(records: list[CommitRecord], base: Mapping[str, DataFile] | None = None,
                   ) -> dict[str, DataFile]:
-    """Live files (relative path -> descriptor) after applying ``records`` in order to
-    ``base`` (default: an empty table)."""
+    """Live files after applying ``records`` in order to ``base``: each record's removes,
+    then its files.
+
+    Parameters
+    ----------
+    records
+        Commit records, oldest first.
+    base
+        Live files before the first record (relative path -> descriptor); None: an empty
+        table.
+
+    Returns
+    -------
+    dict
+        Relative path -> ``DataFile`` (a new dict; ``base`` is not changed).
+
+    Runs on
+    -------
+    driver"""
     live: dict[str, DataFile] = dict(base or {})
     for record in records:
         for path in record.removes:
@@ -72,8 +91,27 @@ class FencedTable:
         self.root = self.log.root
 
     def snapshot(self, version: int | None = None) -> Snapshot:
-        """Live files and schema at ``version`` (default: latest): the newest live-set
-        checkpoint at or before it plus the records after it."""
+        """Live files and schema at ``version``: the newest live-set checkpoint at or before
+        it plus the records after it.
+
+        Parameters
+        ----------
+        version
+            The table version; None: the latest.
+
+        Returns
+        -------
+        Snapshot
+            ``Snapshot(None, (), None)`` for a table without versions.
+
+        Raises
+        ------
+        CorruptLogError
+            A record cannot be read, or the record of ``version`` is missing.
+
+        Runs on
+        -------
+        driver"""
         last = self.log.latest_version() if version is None else version
         if last is None:
             return Snapshot(None, (), None)
@@ -111,19 +149,68 @@ class FencedTable:
         return None
 
     def write_checkpoint(self, version: int) -> None:
-        """Record the live set at ``version`` so snapshots need not replay every record."""
+        """Record the live set at ``version`` so snapshots need not replay every record.
+
+        Parameters
+        ----------
+        version
+            A committed version. Its checkpoint is created exclusively: one already there
+            (deterministic, so the same) is left as it is.
+
+        Raises
+        ------
+        CorruptLogError
+            A record up to ``version`` cannot be read.
+
+        Runs on
+        -------
+        driver"""
         snap = self.snapshot(version)
         body = json.dumps({"version": version, "files": [f.to_dict() for f in snap.files]},
                           sort_keys=True).encode()
         storage.create_exclusive(self.fs, self._checkpoint_path(version), body)
 
     def full_path(self, rel: str) -> str:
+        """The filesystem path of ``rel`` (``self.fs``'s form, no scheme).
+
+        Parameters
+        ----------
+        rel
+            A path relative to the table root.
+
+        Returns
+        -------
+        str
+            ``<root>/<rel>``.
+
+        Runs on
+        -------
+        driver"""
         return f"{self.root}/{rel}"
 
     # ---- Python readers ----------------------------------------------------------------
     def dataset(self, version: int | None = None) -> ds.Dataset:
         """A pyarrow dataset over exactly the committed files (Hive partition columns typed
-        from the table schema). Empty table: an empty in-memory dataset."""
+        from the table schema). Empty table: an empty in-memory dataset.
+
+        Parameters
+        ----------
+        version
+            The table version; None: the latest.
+
+        Returns
+        -------
+        pyarrow.dataset.Dataset
+            In the table's schema (no columns before the first version).
+
+        Raises
+        ------
+        CorruptLogError
+            A record cannot be read.
+
+        Runs on
+        -------
+        driver"""
         import pyarrow.dataset as ds
 
         snap = self.snapshot(version)
@@ -139,11 +226,45 @@ class FencedTable:
                           partition_base_dir=self.root)
 
     def to_arrow(self, version: int | None = None) -> pa.Table:
+        """Every committed row at ``version``, read from ``dataset``.
+
+        Parameters
+        ----------
+        version
+            The table version; None: the latest.
+
+        Returns
+        -------
+        pyarrow.Table
+            The rows, in the table's schema.
+
+        Raises
+        ------
+        CorruptLogError
+            A record cannot be read.
+
+        Runs on
+        -------
+        driver"""
         return self.dataset(version).to_table()
 
     # ---- Spark's _spark_metadata log (derived) -----------------------------------------
     def spark_uri(self, rel: str) -> str:
-        """The URI Spark should read ``rel`` at: s3 -> s3a (hadoop-aws), local -> file:."""
+        """The URI Spark should read ``rel`` at: s3 -> s3a (hadoop-aws), local -> file:.
+
+        Parameters
+        ----------
+        rel
+            A path relative to the table root (Hive-escaped partition directories).
+
+        Returns
+        -------
+        str
+            The URI, escaped as Hadoop's ``Path.toUri()`` would escape it.
+
+        Runs on
+        -------
+        driver"""
         # Hadoop reads these as URIs: escape what Path.toUri() would (%, space, ...), so an
         # escaped partition value such as p=a%2Fb survives the round trip.
         path = quote(self.full_path(rel), safe="/=:@!$&'()*+,;-._~")
@@ -160,6 +281,8 @@ class FencedTable:
                            "blockSize": 134217728, "action": "add"}, separators=(",", ":"))
 
     def spark_log_latest(self) -> int | None:
+        """The newest ``_spark_metadata`` entry's version (plain or ``.compact``), or None
+        when there is none."""
         directory = f"{self.root}/{SPARK_LOG_DIR}"
         try:
             self.fs.invalidate_cache(directory)
@@ -196,7 +319,28 @@ class FencedTable:
         compactions are committed at such versions only (see maintenance). Entries are
         created exclusively and deterministically, so concurrent syncs agree. Reads only the
         records since the previous compact entry (a fresh commit process stays cheap).
-        """
+
+        Parameters
+        ----------
+        interval
+            The compaction interval, in versions (at most 10 for Spark's readers).
+        upto
+            The newest version to derive; None: the latest.
+
+        Returns
+        -------
+        int
+            How many entries were written.
+
+        Raises
+        ------
+        CorruptLogError
+            A record vanished, an existing entry cannot be read, or a version that retires
+            files is not a compaction point.
+
+        Runs on
+        -------
+        driver"""
         last = self.log.latest_version() if upto is None else upto
         if last is None:
             return 0

@@ -3,12 +3,13 @@
 pyarrow's ``ParquetWriter`` writes into a ``StagedFile`` (memory). Every whole part of
 ``part_bytes`` goes at once to the write's one upload thread (``PartUploader``), which writes it
 to the fsspec handle; s3fs uploads one multipart part per ``block_size``. So a part uploads
-while the next columns and row groups are encoded, instead of the encoder waiting for S3 after
-every part (measured on a 250k-row task to SeaweedFS: encode and upload were one serial chain
-of ~190 ms after the last input row). At most ``in_flight`` parts wait for the upload thread
-(bounded memory); an upload's error is raised in the encoding thread. A file is completed
-(``handle.close()``) only when every one of its parts was uploaded: a failed part leaves an
-unfinished upload, never a complete object missing a part.
+while the next columns and row groups are encoded, instead of the encoder waiting for the
+store after every part, which made encoding and upload one serial chain after a task's last
+input row (the same aim as docs/decisions/0020-parquet-row-group-bytes.md). At most
+``in_flight`` parts wait for the upload thread (bounded memory); an upload's error is raised
+in the encoding thread. A file is completed (``handle.close()``) only when every one of its
+parts was uploaded: a failed part leaves an unfinished upload, never a complete object
+missing a part.
 """
 
 from __future__ import annotations
@@ -31,6 +32,29 @@ class PartUploader:
         self._in_flight = in_flight
 
     def submit(self, job: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Queue ``job(*args)`` on the upload thread, first waiting while ``in_flight`` jobs
+        are queued.
+
+        Parameters
+        ----------
+        job
+            The upload step (a part's ``handle.write``, or a file's completion).
+        *args
+            Its arguments.
+
+        Returns
+        -------
+        concurrent.futures.Future
+            The job's future.
+
+        Raises
+        ------
+        Exception
+            The error of a queued job this call waited for (an upload's failure).
+
+        Runs on
+        -------
+        executor (the encoding thread)"""
         while len(self._queued) >= self._in_flight:
             self._queued.popleft().result()
         future = self._pool.submit(job, *args)
@@ -63,9 +87,30 @@ class StagedFile(io.RawIOBase):
         self._parts: list[Future[Any]] = []
 
     def writable(self) -> bool:
+        """True: a write-only target."""
         return True
 
     def write(self, data: Any) -> int:  # type: ignore[override]
+        """Buffer ``data``; hand every whole part now buffered to the uploader.
+
+        Parameters
+        ----------
+        data
+            Bytes-like output of the Parquet writer.
+
+        Returns
+        -------
+        int
+            ``len(data)``: everything is taken.
+
+        Raises
+        ------
+        Exception
+            The error of an earlier upload job that ``PartUploader.submit`` waited for.
+
+        Runs on
+        -------
+        executor (the encoding thread)"""
         chunk = bytes(data)
         self._chunks.append(chunk)
         self._buffered += len(chunk)

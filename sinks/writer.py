@@ -52,7 +52,22 @@ _MAX_PARTS = 5_000  # parts per file at target size (S3 allows 10,000; files ove
 
 
 def escape_partition_value(value: Any) -> str:
-    """Hive/Spark directory text of one partition value."""
+    """Hive/Spark directory text of one partition value.
+
+    Parameters
+    ----------
+    value
+        A partition column's value (datetime, date, bool, None or anything ``str`` takes).
+
+    Returns
+    -------
+    str
+        The value as Spark writes it, the characters Spark escapes as ``%XX``;
+        ``__HIVE_DEFAULT_PARTITION__`` for None or an empty string.
+
+    Runs on
+    -------
+    both"""
     if value is None:
         return HIVE_NULL
     if isinstance(value, datetime.datetime):
@@ -110,6 +125,28 @@ class ParquetFileWriter:
         self._seq = 0
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:
+        """Write ``batches`` as Parquet files under ``options.path`` (see the module docstring).
+
+        Parameters
+        ----------
+        batches
+            The rows, partition columns included.
+
+        Returns
+        -------
+        list of DataFile
+            The files written (paths relative to ``options.path``, Delta statistics when
+            ``options.file_stats``), none of them listed in a commit yet.
+
+        Raises
+        ------
+        Exception
+            Reading ``batches``, encoding or uploading failed: unfinished uploads are
+            aborted, files already written stay orphans, and the error is re-raised.
+
+        Runs on
+        -------
+        executor (or wherever it is called)"""
         fs, root = lazys3.url_to_fs(self.options.path, self.options.storage_options)
         root = root.rstrip("/")
         open_files: dict[tuple[str, ...], _OpenFile] = {}
@@ -198,7 +235,7 @@ class ParquetFileWriter:
         if uploader is None:  # local: object stores have no directories to create
             fs.makedirs(f"{root}/{subdir}" if subdir else root, exist_ok=True)
             handle = fs.open(f"{root}/{rel}", "wb")
-        else:  # upload parts while the file grows (s3fs's default part is 50 MB)
+        else:  # upload parts while the file grows (smaller parts than s3fs's default)
             part = max(_PART_BYTES, -(-self.options.target_file_bytes // _MAX_PARTS))
             path = f"{root}/{rel}"
             if objectstore.native(fs, path):  # one part: one obstore put; more: multipart
@@ -286,7 +323,30 @@ def write_parquet_files(batches: Iterable[pa.RecordBatch], options: FencedParque
     retries and speculative copies never collide; a random run id makes names unique anyway.
     In a reused Spark worker the long-lived heap is frozen first (``freeze_worker_heap``: the
     worker's per-task garbage collection skips it).
-    """
+
+    Parameters
+    ----------
+    batches
+        The rows as Arrow batches, partition columns included.
+    options
+        The writer's options (location, partitioning, sizes, codec, ``file_stats``).
+    attempt
+        Text for the file names; None: ``"a0"``.
+
+    Returns
+    -------
+    list of DataFile
+        The files written, not visible until a commit lists them.
+
+    Raises
+    ------
+    Exception
+        Reading, encoding or uploading failed; unfinished uploads are aborted, files
+        already written stay orphans for vacuum (never listed in a commit).
+
+    Runs on
+    -------
+    executor (or wherever it is called)"""
     freeze_worker_heap()
     return ParquetFileWriter(options, attempt).write(batches)
 
