@@ -8,8 +8,20 @@ from collections.abc import Callable
 
 
 def at_least(minimum: int, unit: str) -> Callable[[str], int]:
-    """An argparse ``type``: a whole number of ``unit`` no smaller than ``minimum``
-    (argparse names the option in front of the message)."""
+    """An argparse ``type``: a whole number of ``unit`` no smaller than ``minimum``.
+
+    Parameters
+    ----------
+    minimum
+        The smallest value accepted.
+    unit
+        What the number counts, as the message and the type's name say it (``"restarts"``).
+
+    Returns
+    -------
+    callable
+        ``str -> int``; it raises ``argparse.ArgumentTypeError`` (argparse names the option
+        in front of the message) for text that is not a whole number, or below ``minimum``."""
 
     def parse(text: str) -> int:
         try:
@@ -28,7 +40,22 @@ def at_least(minimum: int, unit: str) -> Callable[[str], int]:
 
 
 def seconds_option(text: str) -> float:
-    """An argparse ``type``: a positive number of seconds."""
+    """An argparse ``type``: a positive, finite number of seconds.
+
+    Parameters
+    ----------
+    text
+        The option's value as given.
+
+    Returns
+    -------
+    float
+        The seconds.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        ``text`` is not a number, or not above 0, or infinite."""
     try:
         value = float(text)
     except ValueError:

@@ -79,6 +79,29 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``orderedstream`` command: parse ``argv`` and run the chosen subcommand.
+
+    The pack's own errors, and setup errors found behind Spark's (no credentials, an
+    endpoint or brokers not answering), are printed reason first instead of raised.
+
+    Parameters
+    ----------
+    argv
+        The arguments; None: ``sys.argv[1:]``, and the program's own quick exit (the heap
+        frozen at exit, ``orderedstream.core.shutdown``).
+
+    Returns
+    -------
+    int
+        The exit status: the subcommand's; 2 for the pack's errors and setup errors, 1 for
+        another failure with a summary.
+
+    Raises
+    ------
+    SystemExit
+        Bad arguments (argparse's usage message).
+    Exception
+        A failure without a summary, as raised."""
     if argv is None:  # the program itself (not a caller's own process): a quick exit
         freeze_heap_at_exit()
     parser = _Parser(prog="orderedstream", description=__doc__,

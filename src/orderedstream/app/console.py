@@ -68,7 +68,18 @@ class ConsoleSetup:
 
 
 def default_log_path(workdir: Path | None) -> Path:
-    """``<workdir>/logs/orderedstream.log``, else ``./orderedstream-logs/<pid>.log``."""
+    """Where a quiet run's log file goes.
+
+    Parameters
+    ----------
+    workdir
+        The run's work folder; None: the current folder.
+
+    Returns
+    -------
+    Path
+        ``<workdir>/logs/orderedstream.log``, else
+        ``./orderedstream-logs/orderedstream-<pid>.log``."""
     if workdir is not None:
         return Path(workdir) / "logs" / "orderedstream.log"
     return Path("orderedstream-logs") / f"orderedstream-{os.getpid()}.log"
@@ -76,7 +87,29 @@ def default_log_path(workdir: Path | None) -> Path:
 
 def setup_console(*, verbose: bool, log_path: Path | None = None,
                   announce: bool = True) -> ConsoleSetup:
-    """Configure logging (and, quiet, the file descriptors); prints the log file's path once."""
+    """Configure logging and, quiet, point file descriptors 1 and 2 at the log file.
+
+    Quiet, it also writes the JVM's log4j2 configuration beside the log file and prints the
+    log file's path once.
+
+    Parameters
+    ----------
+    verbose
+        Everything on the console (Python logging at INFO), nothing redirected.
+    log_path
+        The log file when quiet; None: ``default_log_path(None)``.
+    announce
+        Print the log file's path.
+
+    Returns
+    -------
+    ConsoleSetup
+        What was set up: the log file and the log4j2 configuration, None when verbose.
+
+    Raises
+    ------
+    OSError
+        The log file or its folder cannot be created."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -135,8 +168,13 @@ def _exception_text(exc: BaseException) -> str:
 
 
 def first_line(text: str) -> str:
-    """The first line, or where it only opens a Python traceback (py4j's "An exception was
-    raised by the Python Proxy ... Traceback"), the exception that traceback ends with."""
+    """The first line of ``text``, or, where it only opens a Python traceback (py4j's "An
+    exception was raised by the Python Proxy ... Traceback"), the exception that ends it.
+
+    Parameters
+    ----------
+    text
+        An exception's text, possibly with a traceback."""
     first = text.strip().splitlines()[0] if text.strip() else text
     if not first.rstrip().endswith("Traceback (most recent call last):"):
         return first
@@ -152,7 +190,12 @@ _EXCEPTION_LINE = re.compile(r"^(?:[a-z_][\w]*\.)*([A-Z]\w*): (\S.*)$")
 
 def failure_head(exc: BaseException) -> str:
     """The failure's first line: ``orderedstream: <ErrorClass>: <message>`` (the pack's error
-    however Spark wrapped it), else ``orderedstream: failed: <Type>: <first line>``."""
+    however Spark wrapped it), else ``orderedstream: failed: <Type>: <first line>``.
+
+    Parameters
+    ----------
+    exc
+        The failure, as raised (Spark's wrappers included)."""
     from orderedstream.core.errors import OrderedStreamError
 
     if isinstance(exc, OrderedStreamError):
@@ -164,10 +207,21 @@ def failure_head(exc: BaseException) -> str:
 
 
 def report_failure(exc: BaseException, console: ConsoleSetup) -> None:
-    """Print a failure reason first on the console (stderr, after flushing stdout so the
-    sentence follows the progress lines in a merged stream). Quiet: the full report (Spark's
-    wrappers and traces) is appended to the log file and only its path is printed; verbose:
-    the report follows on the console."""
+    """Print a failure reason first on stderr (after flushing stdout, so the sentence follows
+    the progress lines in a merged stream).
+
+    Parameters
+    ----------
+    exc
+        The failure, as raised.
+    console
+        The console's setup. Quiet: the full report (Spark's wrappers and traces) is
+        appended to the log file and only its path printed; verbose: the report follows.
+
+    Raises
+    ------
+    OSError
+        The log file cannot be appended to."""
     sys.stdout.flush()
     if console.log_path is None:
         sys.stderr.write(error_first(exc))
@@ -183,7 +237,14 @@ def report_failure(exc: BaseException, console: ConsoleSetup) -> None:
 
 def error_first(exc: BaseException, *, log_path: Path | None = None) -> str:
     """The text the CLI prints for a failure: the pack's reason first (error class, what was
-    wrong, what to do), then Spark's report (its wrappers and traces) or the cause."""
+    wrong, what to do), then Spark's report (its wrappers and traces) or the cause.
+
+    Parameters
+    ----------
+    exc
+        The failure, as raised.
+    log_path
+        A log file to name after the first line; None: none."""
     from orderedstream.core.errors import OrderedStreamError
 
     reason = error_summary(exc)
@@ -210,7 +271,17 @@ def environment_error(exc: BaseException) -> BaseException | None:
     """The pack's error for a failure of the machine's setup rather than of the input: no S3
     credentials, an S3 endpoint that does not answer, Kafka brokers that do not answer (raised
     by botocore / confluent-kafka, possibly wrapped), with what to do; None for other failures.
-    Known by class and module name, so neither client is imported here."""
+    Known by class and module name, so neither client is imported here.
+
+    Parameters
+    ----------
+    exc
+        The failure, as raised; its causes and contexts are searched too.
+
+    Returns
+    -------
+    BaseException or None
+        A ``LocationError`` or ``KafkaUnavailableError`` whose cause is the client's error."""
     from orderedstream.core.errors import KafkaUnavailableError, LocationError
 
     seen: set[int] = set()

@@ -176,7 +176,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
-    """Add ``replay`` and ``state`` to the ``orderedstream`` command's subparsers."""
+    """Add ``replay`` and ``state`` to the ``orderedstream`` command's subparsers.
+
+    Parameters
+    ----------
+    sub
+        The ``orderedstream`` parser's subparsers object (``add_subparsers()``)."""
     rp = sub.add_parser("replay", help="re-run committed batches of one Kafka partition in "
                                        "this process and compare with what they committed")
     rp.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]",

@@ -53,7 +53,36 @@ def start_spark(app_name: str, master: str | None, console: ConsoleSetup,
     - any other ``--master`` (``local[...]``, ``spark://...``, ``yarn``, ``k8s://...``): a plain
       ``SparkSession.builder`` session with the user's configuration (``spark-defaults.conf``,
       ``PYSPARK_SUBMIT_ARGS``, ``PYSPARK_PYTHON``: the executors' Python must have the pack
-      installed; on a local master it defaults to this interpreter)."""
+      installed; on a local master it defaults to this interpreter).
+
+    Parameters
+    ----------
+    app_name
+        The Spark application's name.
+    master
+        ``--master``; None: spark-submit's session, else the embedded one.
+    console
+        The console's setup (the embedded session's JVM logs to its log file).
+    tmp_dir
+        The embedded session's scratch folder; None: its default.
+    embedded
+        A local ``master`` gets the embedded session too (the demo).
+    remote
+        ``--remote``, a Spark Connect URL; None: no Spark Connect.
+
+    Returns
+    -------
+    SparkSession
+        The session, its log level set to WARN (except through Spark Connect).
+
+    Raises
+    ------
+    OptionError
+        Both ``remote`` and ``master`` are given.
+
+    Runs on
+    -------
+    driver"""
     if remote is not None:
         if master is not None:
             raise OptionError(f"--remote {remote} and --master {master}: one of them (--remote "
@@ -77,7 +106,18 @@ def plain_session(app_name: str, master: str | None) -> Any:
     """``SparkSession.builder`` with ``app_name`` and ``master`` (None: the one spark-submit or
     the user's configuration gives), nothing of the pack's own. On a local master the Python
     workers run this interpreter unless ``PYSPARK_PYTHON`` names another (Spark's default,
-    ``python3`` on the ``PATH``, may lack the pack)."""
+    ``python3`` on the ``PATH``, may lack the pack).
+
+    Parameters
+    ----------
+    app_name
+        The Spark application's name.
+    master
+        The master URL; None: the one spark-submit or the user's configuration gives.
+
+    Runs on
+    -------
+    driver"""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
@@ -89,7 +129,18 @@ def plain_session(app_name: str, master: str | None) -> Any:
 
 
 def create_topic_fn(bootstrap: str) -> Callable[[str, int], None]:
-    """``create_topic(name, partitions)`` that accepts an existing topic (a continued demo)."""
+    """``create_topic(name, partitions)`` that accepts an existing topic (a continued demo).
+
+    Parameters
+    ----------
+    bootstrap
+        Kafka bootstrap servers, ``host:port[,...]``.
+
+    Returns
+    -------
+    callable
+        ``create_topic(name, partitions)``, replication factor 1; it raises Kafka's
+        ``KafkaException`` for an error other than an existing topic."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -106,7 +157,32 @@ def create_topic_fn(bootstrap: str) -> Callable[[str, int], None]:
 
 
 def run_job(args: argparse.Namespace, opts: Any) -> int:
-    """Check, start, show progress, restart after transient failures; the exit code."""
+    """``orderedstream run``: check, start, show progress, restart after transient failures.
+
+    Parameters
+    ----------
+    args
+        The parsed ``run`` arguments (console, progress, metrics file, restarts, trigger).
+    opts
+        The job's ``JobOptions``.
+
+    Returns
+    -------
+    int
+        0 when the job stopped without an error, 1 when it failed (reported reason first).
+
+    Raises
+    ------
+    OptionError
+        A duration, the topic pattern or an output format that does not fit the output.
+    KafkaUnavailableError
+        Kafka does not answer before Spark starts.
+    LocationError
+        A location does not take a probe object.
+
+    Runs on
+    -------
+    driver"""
     from orderedstream.app.job.figures import FigureTracker
     from orderedstream.app.job.monitor import JobMonitor, ProgressView, batch_rate
     from orderedstream.app.job.pipeline import finish_cleanup, start_job
@@ -184,7 +260,7 @@ def run_job(args: argparse.Namespace, opts: Any) -> int:
         report_failure(error, console)
     print(f"[job] stopped: {figures.batches} batches committed in this run, "
           f"{figures.records:,} records, {figures.restarts} restarts", flush=True)
-    stop_session(spark)  # without pyspark's 0.5-1.5 s wait for its accumulator server
+    stop_session(spark)  # without pyspark's wait for its accumulator server (record 0019)
     return 0 if error is None else 1
 
 

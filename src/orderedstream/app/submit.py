@@ -28,7 +28,17 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    """As a file: the CLI with ``argv``; as ``python -m``: print this file's path."""
+    """As a file: the CLI with ``argv``; as ``python -m``: print this file's path.
+
+    Parameters
+    ----------
+    argv
+        The CLI's arguments; None: ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit status (``orderedstream.app.cli.main``'s; 0 after printing the path)."""
     if __spec__ is not None and __name__ == "__main__":  # python -m orderedstream.app.submit
         print(Path(__file__).resolve())
         return 0

@@ -135,7 +135,12 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``table {history,compact,vacuum,verify}`` to an argparse subparsers object."""
+    """Add ``table {history,compact,vacuum,verify}`` to an argparse subparsers object.
+
+    Parameters
+    ----------
+    sub
+        The ``orderedstream`` parser's subparsers object (``add_subparsers()``)."""
     table = sub.add_parser("table", help="inspect and maintain a Delta output table")
     cmds = table.add_subparsers(dest="table_command", required=True,
                                 metavar="{history,compact,vacuum,verify}")

@@ -1,23 +1,8 @@
 """S3 requests of the per-batch hot path through obstore (Rust ``object_store``), when the
-fsspec S3 filesystem's settings map onto it exactly; otherwise the caller keeps using s3fs.
-Writes (``put``, ``SmallObjectFile``), small reads (``get``, ``get_many``), listings
-(``find``) and deletes (``delete_many``).
-
-Why: every committed Kafka partition puts a few small objects per batch (its output files,
-its state's new SST or change log, its manifest), and through s3fs each put costs several
-times the Python CPU it costs here (botocore builds, signs and parses the request; aiohttp runs
-on an event-loop thread): docs/decisions/0013-obstore-for-small-puts.md.
-
-Only an ``s3fs.S3FileSystem`` whose options are all understood here takes this path: explicit
-``key``/``secret`` (and ``token``) or ``anon``, else the ``AWS_ACCESS_KEY_ID`` /
-``AWS_SECRET_ACCESS_KEY`` environment pair botocore would take first; an endpoint or a region;
-path or virtual addressing; timeouts and retries. Profiles, instance roles, extra request
-arguments (encryption, ACLs, requester pays), versioned buckets keep s3fs.
-``ORDEREDSTREAM_NATIVE_S3=0`` turns the path off.
-
-Errors are raised as ``OSError`` naming the ``s3://`` URL, with obstore's error as the cause;
-a conditional create of an existing object returns False. s3fs's listing cache of the written
-path is invalidated, so s3fs readers of the same filesystem see the object.
+fsspec S3 filesystem's settings map onto it exactly (``settings_for``); otherwise the caller
+keeps using s3fs (docs/decisions/0013-obstore-for-small-puts.md). Errors are ``OSError``
+naming the ``s3://`` URL, obstore's as the cause; a write invalidates s3fs's listing cache of
+its path. Everything here runs where it is called, on the driver or an executor.
 """
 
 from __future__ import annotations
@@ -54,8 +39,22 @@ def _settings(fs: Any) -> dict[str, Any] | None:
 
 
 def settings_for(options: Mapping[str, Any]) -> dict[str, Any] | None:
-    """obstore ``S3Store`` keyword arguments equivalent to an s3fs filesystem's
-    ``options``, or None when obstore would not do exactly what s3fs does."""
+    """obstore ``S3Store`` keyword arguments equivalent to an s3fs filesystem's ``options``.
+
+    Understood: ``key``/``secret`` (and ``token``) or ``anon``, else the environment's
+    ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``; an endpoint or a region; addressing;
+    timeouts and retries. Profiles, instance roles, a CA bundle, extra arguments keep s3fs.
+
+    Parameters
+    ----------
+    options
+        The ``storage_options`` of an ``s3fs.S3FileSystem``.
+
+    Returns
+    -------
+    dict or None
+        None when obstore would not do exactly what s3fs does, or with
+        ``ORDEREDSTREAM_NATIVE_S3=0``."""
     if os.environ.get("ORDEREDSTREAM_NATIVE_S3", "1") == "0":
         return None
     client = dict(options.get("client_kwargs") or {})
@@ -95,14 +94,13 @@ def settings_for(options: Mapping[str, Any]) -> dict[str, Any] | None:
     client_options: dict[str, Any] = {
         "connect_timeout": f"{float(config.get('connect_timeout', 5)):g}s",
         "read_timeout": f"{float(config.get('read_timeout', 60)):g}s",
-        "timeout": "300s",  # a whole request, a 64 MiB SST included
+        "timeout": "300s",  # a whole request, a large SST included
     }
     if endpoint and str(endpoint).startswith("http://"):
         client_options["allow_http"] = True
     if client.get("verify") is False:
         client_options["allow_invalid_certificates"] = True
-    # obstore makes one request fewer than botocore, as since this module was written
-    # (max_attempts n: n - 1 retries)
+    # one request fewer than botocore makes (total_max_attempts n: n - 2 retries)
     retries = max(0, total_attempts(config.get("retries")) - 2)
     out["client_options"] = client_options
     out["retry_config"] = {"max_retries": retries,
@@ -111,10 +109,15 @@ def settings_for(options: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def total_attempts(retries: Mapping[str, Any] | None) -> int:
-    """An s3fs ``config_kwargs["retries"]`` as botocore's ``total_max_attempts`` (the first
-    request counted; ``max_attempts`` counts retries: n -> n + 1; unset: 6, this module's
-    default). botocore rewrites the one as the other in the options' own dict when s3fs
-    builds its client, so both forms must give the same obstore store."""
+    """An s3fs ``config_kwargs["retries"]`` as botocore's ``total_max_attempts``.
+
+    botocore rewrites ``max_attempts`` (n retries) as ``total_max_attempts`` (n + 1) in the
+    options' own dict when s3fs builds its client; both must give the same obstore store.
+
+    Parameters
+    ----------
+    retries
+        The retries mapping; None or neither key: 6, this module's default."""
     retries = retries or {}
     if retries.get("total_max_attempts") is not None:
         return int(retries["total_max_attempts"])
@@ -158,15 +161,37 @@ def _stores_for(fs: Any, buckets: Iterable[str]) -> dict[str, Any] | None:
 
 
 def native(fs: Any, path: str) -> bool:
-    """Whether writes to ``path`` on ``fs`` take the obstore path."""
+    """Whether writes to ``path`` on ``fs`` take the obstore path.
+
+    Parameters
+    ----------
+    fs, path
+        The fsspec filesystem and a path in it."""
     return _store(fs, _split(fs, path)[0]) is not None
 
 
 def put(fs: Any, path: str, data: bytes | str, *, create: bool = False) -> bool | None:
-    """Put ``data`` (bytes, or a local file's path as str) at ``path`` of ``fs``.
+    """Put ``data`` at ``path`` of ``fs`` through obstore.
 
-    Returns None when the obstore path is not available (the caller writes with ``fs``),
-    False when ``create`` and the object exists already, True when written."""
+    Parameters
+    ----------
+    fs, path
+        The fsspec S3 filesystem and the object's path in it.
+    data
+        The content, or a local file's path as str (a large file goes up in parts).
+    create
+        Only if the object does not exist (S3 ``If-None-Match: *``).
+
+    Returns
+    -------
+    bool or None
+        True when written, False when ``create`` and the object exists, None when the
+        obstore path is not available (the caller writes with ``fs``).
+
+    Raises
+    ------
+    OSError
+        The put failed."""
     bucket, key = _split(fs, path)
     store = _store(fs, bucket)
     if store is None:
@@ -175,7 +200,7 @@ def put(fs: Any, path: str, data: bytes | str, *, create: bool = False) -> bool 
     from obstore.exceptions import AlreadyExistsError, PreconditionError
 
     body: Any = data
-    if isinstance(data, str):  # a local file: big SSTs go up in parts (5 MiB)
+    if isinstance(data, str):  # a local file: big SSTs go up in parts
         from pathlib import Path
 
         body = Path(data)
@@ -208,8 +233,19 @@ def _get(store: Any, bucket: str, key: str) -> bytes:
 
 def get(fs: Any, path: str) -> bytes | None:
     """The content of the small object ``path`` of ``fs``, one GET through obstore; None when
-    the obstore path is not available (the caller reads with ``fs``). ``FileNotFoundError``
-    when absent, else an ``OSError`` naming the ``s3://`` URL."""
+    the obstore path is not available (the caller reads with ``fs``).
+
+    Parameters
+    ----------
+    fs, path
+        The fsspec S3 filesystem and the object's path in it.
+
+    Raises
+    ------
+    FileNotFoundError
+        The object does not exist.
+    OSError
+        The GET failed."""
     bucket, key = _split(fs, path)
     store = _store(fs, bucket)
     return None if store is None else _get(store, bucket, key)
@@ -222,15 +258,12 @@ def get_many(fs: Any, paths: Sequence[str], *,
     obstore path is not available for every path (the caller reads with ``fs``).
 
     Why: the driver's state retention reads the manifests of every batch since its previous
-    run, one small object each, inside the batch that runs it; one at a time through s3fs
-    they added up (docs/decisions/0013-obstore-for-small-puts.md).
+    run inside a batch; one at a time they added up (decision record 0013).
 
     Parameters
     ----------
-    fs
-        The fsspec filesystem the paths belong to.
-    paths
-        Object paths inside ``fs``.
+    fs, paths
+        The fsspec S3 filesystem and the objects' paths in it.
     workers
         Reader threads.
 
@@ -256,10 +289,23 @@ def get_many(fs: Any, paths: Sequence[str], *,
 
 
 def find(fs: Any, path: str) -> list[str] | None:
-    """Every object under ``path`` of ``fs`` (recursive; ``bucket/key`` as s3fs's ``find``
-    gives them; [] when there is none), listed through obstore; None when the obstore path
-    is not available (the caller lists with ``fs``). Path segments, as s3fs: ``a/b`` lists
-    ``a/b/x``, not ``a/bc``."""
+    """Every object under ``path`` of ``fs``, recursive, listed through obstore.
+
+    Parameters
+    ----------
+    fs, path
+        The fsspec S3 filesystem and a prefix in it (``a/b`` lists ``a/b/x``, not ``a/bc``).
+
+    Returns
+    -------
+    list of str or None
+        ``bucket/key`` names as s3fs's ``find`` gives them ([] when none); None when the
+        obstore path is not available (the caller lists with ``fs``).
+
+    Raises
+    ------
+    OSError
+        The listing failed."""
     bucket, key = _split(fs, path)
     store = _store(fs, bucket)
     if store is None:
@@ -278,7 +324,17 @@ def find(fs: Any, path: str) -> list[str] | None:
 
 def exists_under(fs: Any, path: str) -> bool | None:
     """Whether any object lies under ``path`` of ``fs`` (path segments, as ``find``), from
-    the first page of one obstore listing; None when the obstore path is not available."""
+    the first page of one obstore listing; None when the obstore path is not available.
+
+    Parameters
+    ----------
+    fs, path
+        The fsspec S3 filesystem and a prefix in it.
+
+    Raises
+    ------
+    OSError
+        The listing failed."""
     bucket, key = _split(fs, path)
     store = _store(fs, bucket)
     if store is None:
@@ -296,15 +352,26 @@ def exists_under(fs: Any, path: str) -> bool | None:
 
 
 def delete_many(fs: Any, paths: Sequence[str]) -> bool:
-    """Delete ``paths`` of ``fs`` through obstore (S3 ``DeleteObjects``, up to 1,000 keys a
-    request); an absent object counts as deleted, as with s3fs. False, having deleted
-    nothing, when the obstore path is not available for every path (the caller deletes with
-    ``fs``); an ``OSError`` naming the bucket when a request failed (others may have deleted
-    their keys: callers must be idempotent, as retention is).
+    """Delete ``paths`` of ``fs`` through obstore (S3 ``DeleteObjects``); an absent object
+    counts as deleted, as with s3fs. The driver's state retention deletes this way, so its
+    first cleanup does not import s3fs inside a batch (decision record 0013).
 
-    Why: the driver's state retention deletes every batch's replaced manifests and files.
-    Through s3fs the first cleanup of a run imported s3fs, aiobotocore and botocore and built
-    a client (about 0.15 s of CPU and 30 MiB in the driver) inside the batch that ran it."""
+    Parameters
+    ----------
+    fs, paths
+        The fsspec S3 filesystem and the objects' paths in it.
+
+    Returns
+    -------
+    bool
+        True when deleted; False, nothing deleted, when the obstore path does not serve
+        every path (the caller deletes with ``fs``).
+
+    Raises
+    ------
+    OSError
+        A request failed, naming the bucket; others may have deleted their keys, so
+        callers must be idempotent (retention is)."""
     located = [_split(fs, path) for path in paths]
     stores = _stores_for(fs, (bucket for bucket, _ in located))
     if stores is None:
@@ -329,8 +396,7 @@ def delete_many(fs: Any, paths: Sequence[str]) -> bool:
 class SmallObjectFile:
     """Write handle for ``orderedstream.sinks.upload.StagedFile``: a file of one part goes up
     as one obstore put at ``close``; from its second part on it is an s3fs multipart upload
-    opened with ``open_large`` (as before: parts uploaded as they come, aborted by
-    ``discard``)."""
+    opened with ``open_large`` (parts uploaded as they come, aborted by ``discard``)."""
 
     def __init__(self, fs: Any, path: str, open_large: Any) -> None:
         self._fs = fs
@@ -341,6 +407,12 @@ class SmallObjectFile:
         self.closed = False
 
     def write(self, data: Any) -> int:
+        """Buffer the first part; from the second on, write through the multipart upload.
+
+        Parameters
+        ----------
+        data
+            One part's bytes."""
         if self._large is None and self._first is None:
             self._first = bytes(data)
             return len(data)
@@ -351,6 +423,12 @@ class SmallObjectFile:
         return int(self._large.write(data))
 
     def close(self) -> None:
+        """Finish: the one part as one put, or the multipart upload completed.
+
+        Raises
+        ------
+        OSError
+            The put or the upload failed, or the obstore path is no longer available."""
         if self.closed:
             return
         if self._large is not None:

@@ -1,17 +1,10 @@
 """Conditional writes on any fsspec filesystem: the fencing primitives of every commit.
 
-- ``create_exclusive``: create an object only if absent (S3 ``If-None-Match: *``; local
-  write-then-``link``, which fails if the name exists). A create that s3fs retried after it
-  had in fact succeeded comes back as "already exists": the content is read back and
-  compared, so the writer is told the truth.
-- ``read_versioned`` / ``replace_if_unchanged``: compare-and-swap (S3 ``If-Match: <etag>``;
-  locally a lock file plus a content hash as the version tag).
-
-Google Cloud Storage (gcsfs) creates with ``ifGenerationMatch=0`` and swaps with
-``ifGenerationMatch=<generation>``; Azure Blob Storage (adlfs) creates with
-``If-None-Match: *`` and swaps with ``If-Match: <etag>``: docs/storage.md.
-
-Filesystems that can do neither refuse with a clear error rather than fence by hope.
+``create_exclusive`` creates an object only if absent; ``read_versioned`` and
+``replace_if_unchanged`` compare and swap. Each store's conditions: docs/storage.md. Other
+filesystems are refused, never fenced by hope. The storage options per URL live in
+``orderedstream.core.storeoptions`` and are re-exported here. Everything here runs where it
+is called, on the driver or an executor.
 """
 
 from __future__ import annotations
@@ -22,138 +15,33 @@ import hashlib
 import os
 import time
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 from orderedstream.core import objectstore
-from orderedstream.core.azureauth import azure_endpoint_fs_options
 from orderedstream.core.errors import InvariantError, UnsupportedStorageError
+from orderedstream.core.storeoptions import (
+    AZURE_SCHEMES,
+    GCS_SCHEMES,
+    azure_endpoint_options,
+    endpoint_options,
+    fs_options,
+    gcs_endpoint_options,
+    is_local_url,
+    options_for,
+    private_options,
+    s3_endpoint_options,
+    url_scheme,
+    url_to_fs,
+)
+
+__all__ = ["AZURE_SCHEMES", "GCS_SCHEMES", "azure_endpoint_options", "create_exclusive",
+           "endpoint_options", "fs_options", "gcs_endpoint_options", "is_azure", "is_gcs",
+           "is_local", "is_local_url", "is_s3", "options_for", "private_options",
+           "read_object", "read_versioned", "replace_if_unchanged", "s3_endpoint_options",
+           "url_scheme", "url_to_fs"]
 
 _RETRYABLE_CODES = {"ConditionalRequestConflict", "OperationAborted", "SlowDown",
                     "ServiceUnavailable", "InternalError", "RequestTimeout"}
-
-
-def s3_endpoint_options(endpoint: str | None = None, *,
-                        region: str | None = None) -> dict[str, Any]:
-    """s3fs options for an S3-compatible endpoint (path-style addressing, bounded retries).
-
-    Carries no credentials: s3fs (botocore) takes them from the standard chain, i.e.
-    ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``
-    and the shared credentials file, or an instance/container role. ``endpoint=None`` is AWS
-    itself. The region defaults to ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else us-east-1.
-    """
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    client: dict[str, Any] = {"region_name": region or "us-east-1"}
-    if endpoint:
-        client["endpoint_url"] = endpoint
-    return {
-        "client_kwargs": client,
-        "config_kwargs": {"s3": {"addressing_style": "path"},
-                          # botocore's own form: it rewrites max_attempts in place
-                          "retries": {"total_max_attempts": 4, "mode": "standard"},
-                          "connect_timeout": 5, "read_timeout": 30},
-    }
-
-
-GCS_SCHEMES = ("gs", "gcs")
-AZURE_SCHEMES = ("az", "abfs", "abfss", "adl")
-
-
-def url_scheme(url: str) -> str:
-    """The lower-case scheme of ``url`` ("file" for a plain path)."""
-    return url.split("://", 1)[0].lower() if "://" in url else "file"
-
-
-def gcs_endpoint_options(endpoint: str | None = None) -> dict[str, Any]:
-    """The pack's options for ``gs://`` URLs: the endpoint of an emulator or a private
-    endpoint (None: Google Cloud Storage itself). Carries no credentials: gcsfs takes them
-    from ``GOOGLE_APPLICATION_CREDENTIALS`` or the application default credentials; an
-    ``http://`` endpoint (an emulator) is reached without any."""
-    return {"gcs": {"endpoint": endpoint}} if endpoint else {}
-
-
-def azure_endpoint_options(endpoint: str | None = None) -> dict[str, Any]:
-    """The pack's options for ``az://`` / ``abfs://`` URLs: the blob endpoint of an emulator
-    or a private endpoint (``http://127.0.0.1:10000/devstoreaccount1`` for Azurite; None: the
-    account's public endpoint). Carries no credentials: they come from the standard
-    environment variables (``AZURE_STORAGE_ACCOUNT_NAME`` with ``AZURE_STORAGE_ACCOUNT_KEY`` or
-    ``AZURE_STORAGE_SAS_TOKEN``, a service principal's ``AZURE_CLIENT_ID`` /
-    ``AZURE_CLIENT_SECRET`` / ``AZURE_TENANT_ID``, else a managed identity)."""
-    return {"azure": {"endpoint": endpoint}} if endpoint else {}
-
-
-def endpoint_options(*, s3: str | None = None, gcs: str | None = None,
-                     azure: str | None = None) -> dict[str, Any]:
-    """The pack's ``storage_options`` for the given endpoints (each None: that store's public
-    service): ``s3_endpoint_options`` plus the ``gcs`` / ``azure`` entries. No credentials."""
-    return {**(s3_endpoint_options(s3) if s3 else {}), **gcs_endpoint_options(gcs),
-            **azure_endpoint_options(azure)}
-
-
-def fs_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The fsspec keyword arguments for ``url``'s filesystem from the pack's
-    ``storage_options``: none for a local URL; the ``"gcs"`` entry as gcsfs's for ``gs://``,
-    the ``"azure"`` entry as adlfs's for ``az://`` / ``abfs://``; the rest (s3fs's) for any
-    other URL. Credentials are read from the environment here, in the process that opens the
-    filesystem, and never stored in ``storage_options``."""
-    if is_local_url(url):
-        return {}
-    options = dict(storage_options or {})
-    gcs = dict(options.pop("gcs", None) or {})
-    azure = dict(options.pop("azure", None) or {})
-    scheme = url_scheme(url)
-    if scheme in GCS_SCHEMES:
-        endpoint = gcs.pop("endpoint", None)
-        if endpoint:
-            gcs.setdefault("endpoint_url", str(endpoint).rstrip("/"))
-            if str(endpoint).startswith("http://"):
-                gcs.setdefault("token", "anon")
-        return gcs
-    if scheme in AZURE_SCHEMES:
-        endpoint = azure.pop("endpoint", None)
-        if endpoint and "connection_string" not in azure:
-            azure.update(azure_endpoint_fs_options(str(endpoint).rstrip("/")))
-        return azure
-    return options
-
-
-def url_to_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
-    """``fsspec.core.url_to_fs`` with the pack's ``storage_options`` (``fs_options``). A
-    ``gs://`` URL with an endpoint of its own (an emulator, a private endpoint) gets gcsfs's
-    plain ``GCSFileSystem``: its experimental zonal/hierarchical class probes each bucket over
-    gRPC, which emulators do not serve. Scoped to this filesystem object; nothing else changes.
-
-    Parameters
-    ----------
-    url
-        A location URL (``s3://``, ``gs://``, ``az://``, ``abfs://``, ``file://`` or a path).
-    storage_options
-        The pack's storage options for that URL (endpoint, credentials' environment).
-
-    Returns
-    -------
-    tuple
-        The fsspec filesystem and the path inside it.
-
-    Runs on
-    -------
-    both (the process that opens the filesystem reads the credentials)"""
-    import fsspec
-
-    options = fs_options(url, storage_options)
-    if url_scheme(url) in GCS_SCHEMES and options.get("endpoint_url"):
-        from gcsfs.core import GCSFileSystem
-
-        fs = GCSFileSystem(**options)
-        return fs, fs._strip_protocol(url)
-    return fsspec.core.url_to_fs(url, **options)  # type: ignore[no-any-return]
-
-
-def private_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``storage_options`` for a filesystem instance of one's own. fsspec otherwise shares one
-    instance per options in a process, listing cache included, whose updates are not
-    thread-safe: a driver thread beside the batches' (the state cleanup) uses these."""
-    return {**(storage_options or {}), "skip_instance_cache": True}
 
 
 def _protocols(fs: Any) -> set[str]:
@@ -162,39 +50,64 @@ def _protocols(fs: Any) -> set[str]:
 
 
 def is_s3(fs: Any) -> bool:
+    """Whether ``fs`` is S3 (``s3``, ``s3a``) by its protocol.
+
+    Parameters
+    ----------
+    fs
+        An fsspec filesystem."""
     return bool(_protocols(fs) & {"s3", "s3a"})
 
 
 def is_gcs(fs: Any) -> bool:
+    """Whether ``fs`` is Google Cloud Storage (``gs``, ``gcs``) by its protocol.
+
+    Parameters
+    ----------
+    fs
+        An fsspec filesystem."""
     return bool(_protocols(fs) & set(GCS_SCHEMES))
 
 
 def is_azure(fs: Any) -> bool:
+    """Whether ``fs`` is Azure Blob (``az``, ``abfs``, ``abfss``, ``adl``) by its protocol.
+
+    Parameters
+    ----------
+    fs
+        An fsspec filesystem."""
     return bool(_protocols(fs) & set(AZURE_SCHEMES))
 
 
 def is_local(fs: Any) -> bool:
+    """Whether ``fs`` is a local filesystem (``file``, ``local``) by its protocol.
+
+    Parameters
+    ----------
+    fs
+        An fsspec filesystem."""
     return bool(_protocols(fs) & {"file", "local"})
 
 
-def is_local_url(url: str) -> bool:
-    """A local path or ``file://`` URL (no storage options apply to it)."""
-    return "://" not in url or url.startswith("file://")
-
-
-def options_for(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The storage options that apply to ``url``: none for a local one (a job's local output
-    beside S3 state takes the S3 options only where they belong). Still the pack's form:
-    ``fs_options`` gives a filesystem's keyword arguments."""
-    return {} if is_local_url(url) else dict(storage_options or {})
-
-
 def read_object(fs: Any, path: str) -> bytes:
-    """The whole content of a small object (a log entry, a manifest); FileNotFoundError when
-    absent. On S3 one GET: s3fs's ``cat_file`` otherwise asks for the size first (a HEAD, and
-    a LIST when the key is missing) to decide on a multipart download. Through obstore where
-    it serves the filesystem (``objectstore``: 0.2 ms of CPU instead of about 1 ms, and a worker
-    whose filesystem is lazy does not import s3fs for it)."""
+    """The whole content of a small object (a log entry, a manifest).
+
+    On S3 one GET: s3fs's ``cat_file`` otherwise asks for the size first (a HEAD, and a LIST
+    when the key is missing). Through obstore where it serves the filesystem: less CPU per
+    request, and a lazy filesystem does not import s3fs for it
+    (docs/decisions/0013-obstore-for-small-puts.md).
+
+    Parameters
+    ----------
+    fs, path
+        The fsspec filesystem and the object's path in it.
+
+    Raises
+    ------
+    FileNotFoundError
+        The object does not exist.
+    OSError
+        The store refused or failed the read."""
     if is_s3(fs):
         content = objectstore.get(fs, path)
         return bytes(fs.cat_file(path, max_concurrency=1)) if content is None else content
@@ -218,10 +131,32 @@ def _is_precondition_failed(exc: BaseException) -> bool:
 def create_exclusive(fs: Any, path: str, data: bytes, attempts: int = 5) -> bool:
     """Create ``path`` with ``data`` only if it does not exist.
 
-    Returns True when this call's content is what the object holds now (created here, or an
-    earlier retry of this same call created it), False when another writer's content is there.
-    ``data`` should carry something unique to the writer (a token) so the two are told apart.
-    """
+    A create that the client retried after it had in fact succeeded comes back as "already
+    exists": the content is then read back and compared, so the writer is told the truth.
+
+    Parameters
+    ----------
+    fs, path
+        The fsspec filesystem (S3, GCS, Azure Blob or local) and the object's path in it.
+    data
+        The content; it should carry something unique to the writer (a token).
+    attempts
+        Tries on a transient error (GCS, Azure, S3 through s3fs).
+
+    Returns
+    -------
+    bool
+        True when this call's content is what the object holds now, False when another
+        writer's content is there.
+
+    Raises
+    ------
+    UnsupportedStorageError
+        ``fs`` offers no atomic create-if-absent.
+    InvariantError
+        ``attempts`` is below 1.
+    OSError
+        The store failed the request, after the retries."""
     if is_local(fs):
         # Write a hidden temp file, then link it into place: link fails if the name exists,
         # and a reader never sees a partly written object.
@@ -273,7 +208,18 @@ def _same_content(fs: Any, path: str, data: bytes) -> bool:
 
 
 def read_versioned(fs: Any, path: str) -> tuple[bytes, str] | None:
-    """``(content, version_tag)`` of ``path``, or None when absent. The tag feeds CAS."""
+    """The content of ``path`` and a version tag for ``replace_if_unchanged``.
+
+    Parameters
+    ----------
+    fs, path
+        The fsspec filesystem and the object's path in it.
+
+    Returns
+    -------
+    tuple or None
+        ``(content, version_tag)`` (the store's etag or generation and a content hash;
+        locally the hash alone), None when absent."""
     fs.invalidate_cache(path)
     if is_s3(fs):
         try:
@@ -300,10 +246,29 @@ def read_versioned(fs: Any, path: str) -> tuple[bytes, str] | None:
 
 
 def replace_if_unchanged(fs: Any, path: str, data: bytes, version_tag: str | None) -> bool:
-    """Write ``data`` to ``path`` only if it still has ``version_tag`` (None: only if absent).
+    """Write ``data`` to ``path`` only if it still has ``version_tag`` (compare and swap).
 
-    Returns False when another writer changed it first.
-    """
+    Parameters
+    ----------
+    fs, path
+        The fsspec filesystem (S3, GCS, Azure Blob or local) and the object's path in it.
+    data
+        The new content.
+    version_tag
+        The tag ``read_versioned`` gave; None: write only if absent (``create_exclusive``).
+
+    Returns
+    -------
+    bool
+        True when written (or this content is already there), False when another writer
+        changed the object first.
+
+    Raises
+    ------
+    UnsupportedStorageError
+        ``fs`` offers no compare-and-swap.
+    OSError
+        The store failed the request, after the retries."""
     if version_tag is None:
         return create_exclusive(fs, path, data)
     if is_s3(fs):

@@ -30,6 +30,9 @@ from orderedstream.app.job.verify import Verification, compare, expected_from_to
 
 @dataclass
 class DemoResult:
+    """What a demo run gave: the generator's figures, the verification's verdict, the
+    batches committed, the seconds it took and the output table's location."""
+
     generated: GeneratorStats
     verification: Verification
     batches: int
@@ -39,8 +42,25 @@ class DemoResult:
 
 def verify_output(processor: Any, opts: JobOptions,
                   progress: Callable[[str], None] | None = None) -> Verification:
-    """Compare the committed output with what the topics say (independent reference model);
-    ``progress`` gets a line every 10 s while the topics are read."""
+    """Compare the committed output with what the topics say (an independent reference model).
+
+    Parameters
+    ----------
+    processor
+        The job's processor, whose ``table()`` reads the committed output.
+    opts
+        The job's options (Kafka and the topic pattern).
+    progress
+        Gets a line every 10 seconds while the topics are read; None: nothing.
+
+    Returns
+    -------
+    Verification
+        The differences, if any, and the counts compared.
+
+    Runs on
+    -------
+    driver"""
     changes, dead, final = expected_from_topics(
         read_topics(opts.bootstrap, opts.topic_pattern, progress=progress))
     table = processor.table().to_arrow()
@@ -64,7 +84,46 @@ def run_demo(spark: Any, bootstrap: str, storage_options: dict[str, Any], base_u
     ``output`` (default ``<base_url>/output``) may be a local folder: the demo keeps its table
     on local disk so it can be read after the services stop; state stays under ``base_url``
     and the Spark checkpoint is ``<workdir>/checkpoint``. On a folder of a previous run the
-    query continues from that checkpoint (``gen.session_tag`` keeps new sessions apart)."""
+    query continues from that checkpoint (``gen.session_tag`` keeps new sessions apart).
+
+    Parameters
+    ----------
+    spark
+        The Spark session.
+    bootstrap
+        Kafka bootstrap servers.
+    storage_options
+        The pack's storage options for ``base_url``.
+    base_url
+        Where state (and by default the output) goes.
+    workdir
+        The run's local folder (the checkpoint).
+    gen
+        What the generator produces, while the job runs.
+    create_topic
+        ``create_topic(name, partitions)`` for the generator.
+    out
+        Where the progress lines go.
+    max_offsets_per_trigger
+        Kafka records per batch at most.
+    output
+        The output table's location; None: ``<base_url>/output``.
+    view, tracker
+        The progress view and the figures' tracker; None: new ones.
+
+    Returns
+    -------
+    DemoResult
+        The run's figures and the verification's verdict.
+
+    Raises
+    ------
+    BaseException
+        The generator's failure, after the query was stopped; the query's own failure.
+
+    Runs on
+    -------
+    driver"""
     opts = JobOptions(bootstrap=bootstrap, output=output or f"{base_url}/output",
                       state_location=f"{base_url}/state",
                       checkpoint=str(workdir / "checkpoint"),

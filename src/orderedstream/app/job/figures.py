@@ -71,16 +71,37 @@ class FigureTracker:
 
     @property
     def figures(self) -> Figures:
+        """The figures so far (an immutable snapshot)."""
         with self._lock:
             return self._figures
 
     def restarted(self) -> None:
+        """Count one query restart; the metrics file, if any, is rewritten."""
         with self._lock:
             self._figures = replace(self._figures, restarts=self._figures.restarts + 1)
         self._write()
 
     def on_batch(self, result: Any, seconds: float, state_keys: int | None = None) -> Figures:
-        """Add one ``BatchResult`` (``seconds``: the ``foreachBatch`` call's wall time)."""
+        """Add one ``BatchResult``; the metrics file, if any, is rewritten.
+
+        Parameters
+        ----------
+        result
+            The batch's ``BatchResult`` (its commits, batch id, skipped flag).
+        seconds
+            The ``foreachBatch`` call's wall time.
+        state_keys
+            State keys over every partition after the batch; None: unchanged.
+
+        Returns
+        -------
+        Figures
+            The figures with the batch.
+
+        Raises
+        ------
+        OSError
+            The metrics file cannot be written."""
         commits = tuple(getattr(result, "commits", ()) or ())
         records = sum(int(c.records) for c in commits)
         rows = sum(int(c.output_rows) for c in commits)
@@ -111,7 +132,24 @@ class FigureTracker:
     def on_progress(self, progress: Mapping[str, Any], name: str = "orderedstream") -> bool:
         """Add one batch from its ``StreamingQueryProgress`` (its ``observedMetrics[name]``,
         the in-plan stage's figures): what a Spark Connect run has instead of ``on_batch``,
-        whose ``foreachBatch`` runs on the server. False when the progress has no figures."""
+        whose ``foreachBatch`` runs on the server.
+
+        Parameters
+        ----------
+        progress
+            One ``StreamingQueryProgress`` as a mapping.
+        name
+            The observation's name.
+
+        Returns
+        -------
+        bool
+            False when the progress has no figures (nothing added).
+
+        Raises
+        ------
+        OSError
+            The metrics file cannot be written."""
         row = observed_metrics(progress, name)
         if row is None:
             return False
@@ -135,7 +173,19 @@ class FigureTracker:
         return True
 
     def on_result(self, result: Any, seconds: float) -> None:
-        """``on_batch`` of ``start_job``: :meth:`on_batch` with the state totals after it."""
+        """``on_batch`` of ``start_job``: :meth:`on_batch` with the state totals after it.
+
+        Parameters
+        ----------
+        result
+            The batch's ``BatchResult``.
+        seconds
+            The ``foreachBatch`` call's wall time.
+
+        Raises
+        ------
+        OSError
+            The metrics file cannot be written."""
         totals = state_totals_of(result)
         if totals is not None and totals[1] is not None:
             with self._lock:  # every partition's committed size is known: use those
@@ -151,7 +201,14 @@ def observed_metrics(progress: Mapping[str, Any], name: str = "orderedstream",
                      ) -> dict[str, Any] | None:
     """``progress.observedMetrics[name]`` as a dict, or None. A classic session's progress
     holds a ``Row``; a Spark Connect client's holds the JSON form, ``{"values": [...],
-    "schema": {"fields": [...]}}``."""
+    "schema": {"fields": [...]}}``.
+
+    Parameters
+    ----------
+    progress
+        One ``StreamingQueryProgress`` as a mapping.
+    name
+        The observation's name."""
     observed = (progress.get("observedMetrics") or {}).get(name)
     if observed is None:
         return None
@@ -163,14 +220,32 @@ def observed_metrics(progress: Mapping[str, Any], name: str = "orderedstream",
 
 
 def state_keys_of(result: Any) -> int | None:
-    """State keys over every Kafka partition as of ``result``'s batch (None if unknown)."""
+    """State keys over every Kafka partition as of ``result``'s batch (None if unknown).
+
+    Parameters
+    ----------
+    result
+        A ``BatchResult`` (its ``processor`` reads the committed state's figures).
+
+    Runs on
+    -------
+    driver"""
     totals = state_totals_of(result)
     return None if totals is None else totals[0]
 
 
 def state_totals_of(result: Any) -> tuple[int, dict[str, int] | None] | None:
     """(state keys over every Kafka partition, partition -> state bytes, or None when a
-    partition's size is not in its commit) as of ``result``'s batch; None if unknown."""
+    partition's size is not in its commit) as of ``result``'s batch; None if unknown.
+
+    Parameters
+    ----------
+    result
+        A ``BatchResult``; a failure to read its state's figures gives None, never raises.
+
+    Runs on
+    -------
+    driver"""
     processor = getattr(result, "processor", None)
     if processor is None:
         return None
@@ -215,7 +290,14 @@ _METRICS: tuple[tuple[str, str, str, str], ...] = (
 
 
 def prometheus_text(figures: Figures, labels: Mapping[str, str] | None = None) -> str:
-    """Prometheus text exposition format (version 0.0.4) of ``figures``."""
+    """Prometheus text exposition format (version 0.0.4) of ``figures``.
+
+    Parameters
+    ----------
+    figures
+        The figures; a field that is None is left out.
+    labels
+        Labels of every sample (``{"query": name}``); None: none."""
     label_text = ""
     if labels:
         label_text = "{" + ",".join(
@@ -239,7 +321,19 @@ def _number(value: float) -> str:
 
 
 def write_metrics_file(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (temporary file in the same folder, rename)."""
+    """Replace ``path`` with ``text`` atomically (temporary file in the same folder, rename).
+
+    Parameters
+    ----------
+    path
+        The metrics file; its folder is created.
+    text
+        The new content.
+
+    Raises
+    ------
+    OSError
+        The folder or the file cannot be written (the temporary file is removed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -256,7 +350,17 @@ def write_metrics_file(path: Path, text: str) -> None:
 def observe_input(df: Any) -> Any:
     """``df`` with observed metrics Spark reports in ``StreamingQueryProgress.observedMetrics
     ["orderedstream"]``: ``records`` (Kafka records of the batch; in ``emit=ranges`` mode the
-    sum of the ranges' lengths) and ``kafka_partitions``."""
+    sum of the ranges' lengths) and ``kafka_partitions``.
+
+    Parameters
+    ----------
+    df
+        The streaming Kafka DataFrame (records or ``emit=ranges`` rows); another is
+        returned as it is.
+
+    Runs on
+    -------
+    driver (the plan); Spark computes the metrics on the executors"""
     from pyspark.sql import functions as F
 
     columns = set(df.columns)  # literals as SQL: F.lit imports pandas (see inplan)

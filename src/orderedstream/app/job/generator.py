@@ -41,9 +41,16 @@ class GeneratorOptions:
     rate: float | None = None
 
     def site_names(self) -> list[str]:
+        """Every site's name, the late ones last: ``site00``, ``site01``, ..."""
         return [f"site{i:02d}" for i in range(self.sites + self.late_sites)]
 
     def topic(self, site: str) -> str:
+        """The Kafka topic of ``site``: ``<prefix>-<site>``.
+
+        Parameters
+        ----------
+        site
+            A name from ``site_names``."""
         return f"{self.prefix}-{site}"
 
 
@@ -122,7 +129,34 @@ def _bad_record(rng: random.Random, site: str, n: int) -> tuple[bytes, bytes]:
 def generate(bootstrap: str, opts: GeneratorOptions,
              create_topic: Callable[[str, int], None] | None = None,
              progress: Callable[[str], None] | None = None) -> GeneratorStats:
-    """Produce all sessions of all sites; create each site's topic just before its first record."""
+    """Produce all sessions of all sites; create each site's topic just before its first record.
+
+    Parameters
+    ----------
+    bootstrap
+        Kafka bootstrap servers.
+    opts
+        What to generate.
+    create_topic
+        ``create_topic(name, partitions)``; None: the topics exist (or the broker creates
+        them).
+    progress
+        Gets a line every 50,000 records; None: nothing.
+
+    Returns
+    -------
+    GeneratorStats
+        What was sent.
+
+    Raises
+    ------
+    RuntimeError
+        Records were not delivered (after a flush bounded at two minutes), or Kafka reported
+        delivery errors.
+
+    Runs on
+    -------
+    driver (a thread beside the job, in the demo)"""
     from confluent_kafka import Producer
 
     rng = random.Random(opts.seed)

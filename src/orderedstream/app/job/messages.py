@@ -42,7 +42,29 @@ class BadMessage(ValueError):
 
 
 def parse(key: bytes | None, value: bytes | None) -> Message:
-    """Decode and validate one Kafka record; raise BadMessage with a reason code."""
+    """Decode and validate one Kafka record.
+
+    Parameters
+    ----------
+    key
+        The record's key: the session id, or None.
+    value
+        The record's value: the message as UTF-8 JSON.
+
+    Returns
+    -------
+    Message
+        The parsed message.
+
+    Raises
+    ------
+    BadMessage
+        The record cannot be applied; ``reason`` says why (``null_value``, ``not_utf8``,
+        ``bad_json``, ``unknown_type``, ``missing_field``, ``key_mismatch``).
+
+    Runs on
+    -------
+    executor (the ordered stage's per-record function)"""
     if value is None:
         raise BadMessage("null_value", "record has no value")
     try:
@@ -83,5 +105,10 @@ def parse(key: bytes | None, value: bytes | None) -> Message:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """Encode a message dict as compact UTF-8 JSON."""
+    """Encode a message dict as compact UTF-8 JSON, keys sorted.
+
+    Parameters
+    ----------
+    message
+        A message in the wire format (the module's docstring)."""
     return json.dumps(message, separators=(",", ":"), sort_keys=True).encode()

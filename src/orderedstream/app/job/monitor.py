@@ -60,7 +60,12 @@ class ProgressView:
             self._live = None
 
     def print(self, line: str) -> None:
-        """A permanent line above the live panel (or a plain line)."""
+        """A permanent line above the live panel (or a plain line).
+
+        Parameters
+        ----------
+        line
+            The text, printed as it is (no markup)."""
         with self._lock:
             if self._live is not None:
                 self._live.console.print(line, markup=False, highlight=False)
@@ -68,7 +73,12 @@ class ProgressView:
                 self.out(line)
 
     def phase(self, text: str) -> None:
-        """A start-up phase (or a state change): shown as it happens."""
+        """A start-up phase (or a state change): shown as it happens, once.
+
+        Parameters
+        ----------
+        text
+            The phase in words; the same text again prints nothing."""
         if text == self._phase:
             return
         self._phase = text
@@ -77,7 +87,14 @@ class ProgressView:
         self.print(f"{self.prefix} {text}")
 
     def update(self, view: dict[str, Any], force: bool = False) -> None:
-        """New figures: redraw the panel, or print a line every ``every`` seconds."""
+        """New figures: redraw the panel, or print a line every ``every`` seconds.
+
+        Parameters
+        ----------
+        view
+            ``figures``, ``lag`` (topic -> records, or None), ``rate`` and ``elapsed``.
+        force
+            Print the line now, whenever the previous one was."""
         if self._live is not None:
             with self._lock:
                 self._live.update(self._render(view))
@@ -88,6 +105,12 @@ class ProgressView:
             self.out(self.line(view))
 
     def line(self, v: dict[str, Any]) -> str:
+        """The plain progress line of the figures in ``v``.
+
+        Parameters
+        ----------
+        v
+            As ``update``'s ``view``."""
         f: Figures = v.get("figures") or Figures()
         lag = v.get("lag")
         lag_text = "?" if lag is None else f"{sum(lag.values()):,}"
@@ -133,7 +156,12 @@ class ProgressView:
 
 def batch_rate(figures: Figures) -> float:
     """Kafka records per second of the last batch (its records over its duration). Not
-    Spark's ``processedRowsPerSecond``: with ``emit=ranges`` a Spark row is a Kafka range."""
+    Spark's ``processedRowsPerSecond``: with ``emit=ranges`` a Spark row is a Kafka range.
+
+    Parameters
+    ----------
+    figures
+        The job's figures; 0.0 before a batch with a duration."""
     if figures.last_batch_ms <= 0:
         return 0.0
     return figures.last_records * 1000.0 / figures.last_batch_ms
@@ -201,6 +229,8 @@ class JobMonitor:
         return f"first plan: {message or 'starting'}"
 
     def view_now(self) -> dict[str, Any]:
+        """The figures for ``ProgressView.update``, the Kafka lag re-read at most every
+        ``lag_every`` seconds (None when it cannot be read)."""
         from orderedstream.app.job.pipeline import lag_per_topic
 
         now = time.monotonic()

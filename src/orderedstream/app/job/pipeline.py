@@ -58,10 +58,11 @@ class JobOptions:
     sets it (librdkafka's default 500). A pooled consumer that has read up to the log end
     keeps a fetch waiting at the broker for this long, and a reader that re-assigns it (the
     reader's check of a range's early end, e.g. a trailing transaction marker) waits for that
-    fetch first: 450-500 ms on about one range in four of the small-batch benchmark with the
-    default. A consumer pooled with a backlog after its range (catching up) asks the broker
-    every this many ms once it has prefetched to the log end; near the log end a pooled
-    consumer is unassigned and asks nothing (``python_datasource.consumer_pool``)."""
+    fetch first, which with the default delayed many ranges
+    (docs/decisions/0007-replace-consumers-instead-of-seeking.md). A consumer pooled with a
+    backlog after its range (catching up) asks the broker every this many ms once it has
+    prefetched to the log end; near the log end a pooled consumer is unassigned and asks
+    nothing (``python_datasource.consumer_pool``)."""
     state_snapshots: Literal["changelog", "checkpoint"] = "changelog"
     """How a batch saves each Kafka partition's state to ``state_location``: ``changelog``
     uploads the batch's writes as one log and a full RocksDB checkpoint every 10th version of
@@ -78,7 +79,16 @@ class JobOptions:
 
 
 def make_processor(opts: JobOptions) -> Any:
-    """The ``foreachBatch`` function: ordered state per session, one output table."""
+    """The job's ``OrderedStateful`` processor: ordered state per session, one output table.
+
+    Parameters
+    ----------
+    opts
+        The job's options (locations, storage options, output format, state snapshots).
+
+    Runs on
+    -------
+    driver (its ordered stage runs on the executors)"""
     return OrderedStateful(
         SessionLogic(opts.snapshot_every, opts.idle_timeout),
         state_location=opts.state_location, output=opts.output, output_schema=OUTPUT_SCHEMA,
@@ -121,7 +131,32 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     (``orderedstream.core.tuning.session_tuning``: the embedded local session's, with the
     process tuning on); without it the query is the same query, built with public PySpark API
     only. On a Spark Connect session the batch function (``commit_batch``) runs on the server,
-    so ``on_batch`` is not called: the figures are in each batch's ``StreamingQueryProgress``."""
+    so ``on_batch`` is not called: the figures are in each batch's ``StreamingQueryProgress``.
+
+    Parameters
+    ----------
+    spark
+        The Spark session (classic or Spark Connect).
+    opts
+        The job's options.
+    once
+        ``Trigger.AvailableNow``: process what is in Kafka now, then stop.
+    on_batch
+        ``on_batch(result, seconds)`` after each batch; None: nothing.
+
+    Returns
+    -------
+    tuple
+        The ``StreamingQuery`` and the processor (``make_processor``).
+
+    Raises
+    ------
+    Exception
+        Spark's or the pack's error when the query cannot be defined or started.
+
+    Runs on
+    -------
+    driver"""
     tuned = None if is_connect(spark) else session_tuning()  # the tuning needs the driver JVM
     keep_pandas_lazy()  # the driver's commit path builds Arrow arrays too (core.pandaslazy)
     reader = (spark.readStream.format("orderedkafka")
@@ -150,7 +185,7 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
     frame = reader.load()
     # a read Spark plans ahead, so that batch 0 finds its read planner started (warmup)
     planner = planner_frame(spark) if warm else None
-    # load() ran Spark's lookup and create planner steps: their idle pools (about 130 MiB) go
+    # load() ran Spark's lookup and create planner steps: their idle pools go (record 0010)
     # now, before the query starts its source runner and the stage's workers, not at batch 0
     _release_planners(spark, tuned)
     if placed:
@@ -161,8 +196,8 @@ def start_job(spark: Any, opts: JobOptions, once: bool = False,
             # the source's read and the stage run in separate tasks, each with one Python
             # worker, instead of two workers side by side in every stage task. The rows come
             # from ONE source task (rangePartitions): a Spark task per Kafka partition only
-            # to describe its range cost 12 Python task round trips per batch (~600 ms of
-            # the 12 x 100 small batch on 2 cores).
+            # to describe its range cost a Python task round trip each, every batch
+            # (docs/decisions/0002-emit-ranges.md).
             frame = frame.repartition(default_parallelism(spark))
         frame, commit = processor.apply(frame, name=OBSERVED_NAME), processor.commit_batch
     if planner is not None:
@@ -190,7 +225,14 @@ def finish_cleanup(processor: Any, say: Callable[[str], None]) -> None:
     """Let the state cleanup started by the last due batch end once the query stopped (a clean
     stop; after a restart, no cleanup of the old run beside the new one's unless it outlives
     the wait: concurrent cleanups are safe, see ``statestore.ordered.retention``); one still
-    running after ``CLEANUP_WAIT_S`` is left to its daemon thread."""
+    running after ``CLEANUP_WAIT_S`` is left to its daemon thread.
+
+    Parameters
+    ----------
+    processor
+        The stopped query's processor.
+    say
+        Gets a line when the cleanup outlives the wait."""
     try:
         processor.wait_for_cleanup(CLEANUP_WAIT_S)
     except TimeoutError:
@@ -203,9 +245,9 @@ def _batch_function(spark: Any, process: Callable[[Any, int], Any],
                     tuned: SessionTuning | None = None) -> Callable[[Any, int], Any]:
     """The ``foreachBatch`` function: with the session's tuning, first the idle Python pools of
     Spark's planner runs are stopped (``release_planner_workers``: the query planned its source
-    when it started, about 110 MiB per planner module otherwise idle for the whole run; a
-    no-op once they are gone), before the batch's tasks start the stage's workers; then the
-    batch, then ``on_batch``."""
+    when it started, each planner module otherwise idle for the whole run, see
+    docs/decisions/0010-planner-worker-release.md; a no-op once they are gone), before the
+    batch's tasks start the stage's workers; then the batch, then ``on_batch``."""
 
     def process_batch(batch_df: Any, batch_id: int) -> Any:
         if tuned is not None:
@@ -230,7 +272,19 @@ def _release_planners(spark: Any, tuned: SessionTuning | None) -> None:
 
 
 def kafka_end_offsets(bootstrap: str, pattern: str) -> dict[str, dict[int, int]]:
-    """Topic -> partition -> high watermark, for topics matching ``pattern`` now."""
+    """Topic -> partition -> high watermark, for topics matching ``pattern`` now.
+
+    Parameters
+    ----------
+    bootstrap
+        Kafka bootstrap servers.
+    pattern
+        The topics' regular expression.
+
+    Raises
+    ------
+    KafkaException
+        Kafka did not answer a metadata or watermark request within its wait."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "orderedstream-lag",
@@ -248,7 +302,12 @@ def kafka_end_offsets(bootstrap: str, pattern: str) -> dict[str, dict[int, int]]
 
 
 def committed_offsets(query: Any) -> dict[str, dict[int, int]]:
-    """Topic -> partition -> next offset as of the query's last completed batch."""
+    """Topic -> partition -> next offset as of the query's last completed batch.
+
+    Parameters
+    ----------
+    query
+        The ``StreamingQuery``; {} before its first progress report."""
     import json
 
     progress = query.lastProgress
@@ -264,7 +323,12 @@ def committed_offsets(query: Any) -> dict[str, dict[int, int]]:
 def checkpoint_offsets(checkpoint: str) -> dict[str, dict[int, int]]:
     """Topic -> partition -> next offset as of the last batch committed in a local Spark
     checkpoint ({} when there is none): the lag of a restarted query before its first
-    progress report."""
+    progress report.
+
+    Parameters
+    ----------
+    checkpoint
+        The checkpoint's local path or ``file://`` URL."""
     import json
     from pathlib import Path
 
@@ -280,8 +344,22 @@ def checkpoint_offsets(checkpoint: str) -> dict[str, dict[int, int]]:
 
 def lag_per_topic(query: Any, bootstrap: str, pattern: str,
                   checkpoint: str | None = None) -> dict[str, int]:
-    """Topic -> records in Kafka that the query's committed batches have not covered yet
-    (before the query's first progress: as of ``checkpoint``'s last commit, if given)."""
+    """Topic -> records in Kafka that the query's committed batches have not covered yet.
+
+    Parameters
+    ----------
+    query
+        The ``StreamingQuery``.
+    bootstrap, pattern
+        As ``kafka_end_offsets``.
+    checkpoint
+        Before the query's first progress, the lag is taken as of this local checkpoint's
+        last commit; None: from Kafka's start.
+
+    Raises
+    ------
+    KafkaException
+        As ``kafka_end_offsets``."""
     done = committed_offsets(query)
     if not done and checkpoint and "://" not in checkpoint.removeprefix("file://"):
         done = checkpoint_offsets(checkpoint)
@@ -291,13 +369,40 @@ def lag_per_topic(query: Any, bootstrap: str, pattern: str,
 
 
 def lag(query: Any, bootstrap: str, pattern: str) -> int:
-    """Records in Kafka that the query's committed batches have not covered yet."""
+    """Records in Kafka that the query's committed batches have not covered yet.
+
+    Parameters
+    ----------
+    query, bootstrap, pattern
+        As ``lag_per_topic``."""
     return sum(lag_per_topic(query, bootstrap, pattern).values())
 
 
 def wait_caught_up(query: Any, opts: JobOptions, done_producing: Callable[[], bool],
                    timeout: float = 1800.0, poll: float = 2.0) -> None:
-    """Block until the producer is done and the query's committed offsets reach Kafka's end."""
+    """Block until the producer is done and the query's committed offsets reach Kafka's end.
+
+    Parameters
+    ----------
+    query
+        The running ``StreamingQuery``.
+    opts
+        The job's options (Kafka and the topic pattern).
+    done_producing
+        True once the producer has sent everything.
+    timeout
+        Seconds to wait at most.
+    poll
+        Seconds between checks.
+
+    Raises
+    ------
+    Exception
+        The query's own failure (``query.exception()``).
+    RuntimeError
+        The query stopped before catching up.
+    TimeoutError
+        It did not catch up within ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if query.exception() is not None:

@@ -21,8 +21,29 @@ from orderedstream.core.units import parse_duration_ms
 
 
 def check_kafka(bootstrap: str, pattern: str, timeout: float = 15.0) -> list[str]:
-    """Kafka answers metadata requests within ``timeout``; returns the topics matching
-    ``pattern`` now (an empty list is allowed: topics may appear later)."""
+    """Check that Kafka answers a metadata request within ``timeout``.
+
+    Parameters
+    ----------
+    bootstrap
+        Kafka bootstrap servers, ``host:port[,...]``.
+    pattern
+        The topics' regular expression (``--topic-pattern``).
+    timeout
+        Seconds to wait for the answer (and for a connection).
+
+    Returns
+    -------
+    list of str
+        The topics matching ``pattern`` now, sorted; empty is allowed (topics may appear
+        later).
+
+    Raises
+    ------
+    OptionError
+        ``pattern`` is not a regular expression.
+    KafkaUnavailableError
+        Kafka did not answer within ``timeout``."""
     from confluent_kafka.admin import AdminClient
 
     try:
@@ -42,14 +63,45 @@ def check_kafka(bootstrap: str, pattern: str, timeout: float = 15.0) -> list[str
 
 
 def check_durations(**values: str) -> None:
-    """Each named value parses as a duration (e.g. '2 seconds', '10 minutes')."""
+    """Check that each named value parses as a duration (e.g. '2 seconds', '10 minutes').
+
+    Parameters
+    ----------
+    **values
+        Option name (``idle_timeout`` for ``--idle-timeout``) -> its text.
+
+    Raises
+    ------
+    OptionError
+        A value is not a positive duration, the option named."""
     for name, value in values.items():
         parse_duration_ms(value, f"--{name.replace('_', '-')}")
 
 
 def check_job(*, bootstrap: str, pattern: str, locations: Mapping[str, str],
               storage_options: Mapping[str, Any] | None = None) -> list[str]:
-    """All of the above for one job: Kafka first (cheap), then every location."""
+    """Check Kafka (first: cheap), then every location, for one job.
+
+    Parameters
+    ----------
+    bootstrap, pattern
+        As ``check_kafka``.
+    locations
+        What each location is (``"--output"``) -> its URL or path.
+    storage_options
+        The pack's storage options; each location gets those that apply to it.
+
+    Returns
+    -------
+    list of str
+        The topics matching ``pattern`` now.
+
+    Raises
+    ------
+    OptionError, KafkaUnavailableError
+        As ``check_kafka``.
+    LocationError
+        A location does not take a probe object, the URL named."""
     topics = check_kafka(bootstrap, pattern)
     for what, url in locations.items():
         check_location(url, what, options_for(url, storage_options))

@@ -39,10 +39,12 @@ class Verification:
 
     @property
     def ok(self) -> bool:
+        """Whether nothing was lost, duplicated, out of order or wrong."""
         return not (self.lost or self.duplicated or self.out_of_order or self.dead_letters_missing
                     or self.dead_letters_duplicated or self.wrong_final_tables)
 
     def as_dict(self) -> dict[str, Any]:
+        """The counts and examples as a JSON-ready dict, with ``ok``."""
         return {**asdict(self), "ok": self.ok}
 
 
@@ -55,7 +57,28 @@ def read_topics(bootstrap: str, pattern: str, until: dict[tuple[str, int], int] 
 
     A partition is done as soon as the consumer's position reaches its end offset (the last
     offsets may be transaction markers, never delivered as records), not after a timeout.
-    ``progress`` gets a line every ``progress_every`` seconds while it reads."""
+
+    Parameters
+    ----------
+    bootstrap
+        Kafka bootstrap servers.
+    pattern
+        The topics' regular expression.
+    until
+        ``(topic, partition) -> end offset``; None: each partition's end offset now.
+    progress
+        Gets a line every ``progress_every`` seconds while it reads; None: nothing.
+    progress_every
+        Seconds between progress lines.
+
+    Yields
+    ------
+    tuple
+        ``(topic, partition, offset, key, value)`` of each record.
+
+    Runs on
+    -------
+    driver"""
     from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "orderedstream-verify",
@@ -126,8 +149,19 @@ class _Progress:
 def expected_from_topics(records) -> tuple[dict[tuple[str, int, int], tuple[str, int]],
                                            dict[tuple[str, int, int], str],
                                            dict[str, dict[str, Any]]]:
-    """Reference model: (coords -> (session, seq)) of applied changes, dead letters
-    (coords -> reason), and each ended session's final table."""
+    """The reference model: what the job must output for ``records``.
+
+    Parameters
+    ----------
+    records
+        ``(topic, partition, offset, key, value)`` per record, each partition in offset
+        order (``read_topics``).
+
+    Returns
+    -------
+    tuple
+        ``(topic, partition, offset) -> (session, seq)`` of the applied changes, the dead
+        letters' coordinates -> reason code, and each ended session's final table."""
     changes: dict[tuple[str, int, int], tuple[str, int]] = {}
     dead: dict[tuple[str, int, int], str] = {}
     tables: dict[str, dict[str, Any]] = {}
@@ -159,7 +193,25 @@ def compare(expected_changes: dict[tuple[str, int, int], tuple[str, int]],
             expected_final: dict[str, dict[str, Any]],
             changes_rows: list[dict[str, Any]], dead_rows: list[dict[str, Any]],
             final_rows: list[dict[str, Any]] | None = None) -> Verification:
-    """Compare the job's output rows (as dicts) with the reference model."""
+    """Compare the job's output rows (as dicts) with the reference model.
+
+    Parameters
+    ----------
+    expected_changes, expected_dead, expected_final
+        The reference model (``expected_from_topics``).
+    changes_rows
+        The output's change rows (``topic``, ``partition``, ``offset``, ``seq``,
+        ``applied_seq``, ``session``).
+    dead_rows
+        The output's dead-letter rows.
+    final_rows
+        The output's final-table rows (``session``, ``row``, ``values``); None: not
+        compared.
+
+    Returns
+    -------
+    Verification
+        The counts, with up to ten examples."""
     result = Verification(expected_changes=len(expected_changes),
                           expected_dead_letters=len(expected_dead))
     seen = Counter((r["topic"], r["partition"], r["offset"]) for r in changes_rows)

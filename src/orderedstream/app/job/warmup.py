@@ -2,11 +2,10 @@
 
 A Spark Python worker is started (forked by the daemon, which starts first) by the first task
 that needs it, and that task then imports what it runs: pyspark's worker, pyarrow, the Kafka
-reader, RocksDB, the ordered stage and the user function's module (about 0.4 s of CPU per
-worker here). Until now the main job paid that inside batch 0: the source's range task started
-the daemon and a worker, then the stage's tasks a second worker, each importing its modules
-before reading its first record (0.4-0.6 s of a 5-6 s one-batch run, measured from the
-tasks' start to their first partition's start).
+reader, RocksDB, the ordered stage and the user function's module. Without a warm-up the
+main job paid that inside batch 0: the source's range task started the daemon and a worker,
+then the stage's tasks a second worker, each importing its modules before reading its first
+record (docs/decisions/0006-warm-workers.md).
 
 ``warm_python_workers`` submits, before the query starts, one small Spark job whose
 ``defaultParallelism`` tasks import those modules in the workers the query's tasks then reuse
@@ -95,8 +94,18 @@ class WarmUp:
     error: str | None = None
 
     def wait_queued(self, timeout: float = 5.0) -> bool:
-        """Block until Spark has the warm-up's job (at most ``timeout`` s): jobs submitted
-        after that run their tasks after its tasks, in its workers. False on the timeout."""
+        """Block until Spark has the warm-up's job: jobs submitted after that run their tasks
+        after its tasks, in its workers.
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait at most.
+
+        Returns
+        -------
+        bool
+            False on the timeout (True too when the warm-up is already over)."""
         deadline = time.monotonic() + timeout
         while self.thread.is_alive() and time.monotonic() < deadline:
             if set(self.tracker.getJobIdsForGroup(JOB_GROUP)) - self.earlier:
@@ -105,7 +114,17 @@ class WarmUp:
         return not self.thread.is_alive()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """True once the warm-up job is over (ran or failed)."""
+        """Wait for the warm-up job to be over (ran or failed).
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait at most; None: until it is over.
+
+        Returns
+        -------
+        bool
+            True once it is over."""
         self.thread.join(timeout)
         return not self.thread.is_alive()
 
@@ -116,7 +135,27 @@ def warm_python_workers(spark: Any, modules: Sequence[str], *, tasks: int | None
     in the background (None when ``tasks`` < 1). Returns once Spark has the job queued (at most
     ``queued_within`` seconds; None: at once, call ``WarmUp.wait_queued`` before the jobs that
     should find the workers warm), so that jobs submitted after that run their tasks after the
-    warm-up's, in its workers."""
+    warm-up's, in its workers (docs/decisions/0006-warm-workers.md).
+
+    Parameters
+    ----------
+    spark
+        The classic Spark session.
+    modules
+        The modules each worker imports.
+    tasks
+        How many workers; None: ``defaultParallelism``.
+    queued_within
+        Seconds to wait for the job to be queued; None: do not wait.
+
+    Returns
+    -------
+    WarmUp or None
+        The running warm-up; None when ``tasks`` < 1.
+
+    Runs on
+    -------
+    driver (the job's tasks import on the executors)"""
     sc = spark.sparkContext
     count = tasks if tasks is not None else int(sc.defaultParallelism)
     if count < 1:
@@ -185,7 +224,16 @@ def planner_frame(spark: Any) -> Any:
     """A read of a Python Data Source that reads nothing, created now (Spark's create planner
     step runs here, in the pool the query's ``load()`` just used) and planned later by
     :func:`warm_read_planner`; None when it could not be created (batch 0 then starts its read
-    planner itself, as without it)."""
+    planner itself, as without it).
+
+    Parameters
+    ----------
+    spark
+        The classic Spark session.
+
+    Runs on
+    -------
+    driver"""
     try:
         spark.dataSource.register(_planner_source())
         return spark.read.format(PLANNER_SOURCE).load()
@@ -197,8 +245,23 @@ def planner_frame(spark: Any) -> Any:
 def warm_read_planner(frame: Any) -> threading.Thread:
     """Plan ``frame``'s read (:func:`planner_frame`) in the background: Spark starts its read
     planner (``pyspark.sql.worker.plan_data_source_read``: a daemon and a worker importing
-    pyspark.sql, 0.5-1 s here), which a streaming query otherwise starts inside its first
-    batch to plan its Python source's reads; the query then finds that worker idle."""
+    pyspark.sql), which a streaming query otherwise starts inside its first batch to plan its
+    Python source's reads; the query then finds that worker idle
+    (docs/decisions/0006-warm-workers.md).
+
+    Parameters
+    ----------
+    frame
+        What :func:`planner_frame` gave.
+
+    Returns
+    -------
+    threading.Thread
+        The daemon thread planning it; a failure is logged, never raised.
+
+    Runs on
+    -------
+    driver"""
 
     def run() -> None:
         began = time.perf_counter()
