@@ -85,7 +85,17 @@ _LOGIN_REFUSED = frozenset({"_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED"})
 
 
 def is_secret(name: str) -> bool:
-    """Whether the setting ``name`` (with or without the ``kafka.`` prefix) is secret."""
+    """Whether the setting ``name`` (with or without the ``kafka.`` prefix) is secret.
+
+    Parameters
+    ----------
+    name
+        A librdkafka setting or ``kafka.*`` option (case-insensitive).
+
+    Runs on
+    -------
+    both
+    """
     bare = name.lower().removeprefix("kafka.")
     return bare in LIBRDKAFKA_SENSITIVE or SECRET_PATTERN.search(bare) is not None
 
@@ -125,6 +135,7 @@ class KafkaSecrets:
 
     @property
     def dropped(self) -> bool:
+        """Whether the values were dropped (only the names travel)."""
         return self.values is None
 
     def without_values(self) -> KafkaSecrets:
@@ -142,7 +153,22 @@ class KafkaSecrets:
 
     def restored(self, given: KafkaSecrets) -> KafkaSecrets:
         """These secrets with the values from ``given`` (the settings a consumer of
-        ``emit = ranges`` rows was handed); OptionError naming what ``given`` lacks."""
+        ``emit = ranges`` rows was handed); itself when its values were not dropped.
+
+        Parameters
+        ----------
+        given
+            The secrets the reading side was given (:func:`secrets_from_options`).
+
+        Raises
+        ------
+        OptionError
+            ``given`` lacks a value, naming the options and how to pass them.
+
+        Runs on
+        -------
+        executor (the stage reading the ranges)
+        """
         if self.values is not None:
             return self
         provided = given.values or {}
@@ -158,7 +184,18 @@ class KafkaSecrets:
         return replace(self, values={name: provided[name] for name in self.names})
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret value replaced (for messages that quote a client)."""
+        """``text`` with every secret value replaced by ``<redacted>`` (for messages that quote a
+        client).
+
+        Parameters
+        ----------
+        text
+            The text to redact.
+
+        Runs on
+        -------
+        both
+        """
         for value in sorted((self.values or {}).values(), key=len, reverse=True):
             if value:
                 text = text.replace(value, _REDACTED)
@@ -178,8 +215,30 @@ def _bad(option: str, value: object, accepted: str) -> OptionError:
 
 
 def kafka_settings(opts: Mapping[str, Any]) -> tuple[dict[str, str], KafkaSecrets]:
-    """librdkafka settings from the ``kafka.*`` entries of ``opts`` (keys lower-cased; other
-    keys and ``kafka.bootstrap.servers`` are skipped): the public ones, and the secrets."""
+    """librdkafka settings from the ``kafka.*`` entries of ``opts``: renamed, translated or dropped
+    as the module says; other keys and ``kafka.bootstrap.servers`` are skipped.
+
+    Parameters
+    ----------
+    opts
+        The source's options, keys lower-cased.
+
+    Returns
+    -------
+    tuple[dict[str, str], KafkaSecrets]
+        The public settings, and the secret ones apart.
+
+    Raises
+    ------
+    OptionError
+        A setting the source owns, one given twice in two spellings, a JAAS config without
+        username and password, a non-PEM trust store, a non-PKCS12 key store or a bad
+        ``isolation.level``.
+
+    Runs on
+    -------
+    driver
+    """
     params: dict[str, str] = {}
     origin: dict[str, str] = {}
     for key, value in opts.items():
@@ -231,8 +290,31 @@ def kafka_settings(opts: Mapping[str, Any]) -> tuple[dict[str, str], KafkaSecret
 
 def secrets_from_options(options: Mapping[str, Any] | None, *,
                          owner: str = "OrderedStateful(kafka_options=...)") -> KafkaSecrets:
-    """The secrets among ``kafka.*`` options handed to the reading side of ``emit = ranges``
-    rows (the other settings come from the rows, so they are ignored here). Driver side."""
+    """The secrets among ``kafka.*`` options handed to the reading side of ``emit = ranges`` rows
+    (the other settings come from the rows, so they are ignored here).
+
+    Parameters
+    ----------
+    options
+        The ``kafka.*`` options (string values); None for none.
+    owner
+        How errors name where the options were given.
+
+    Returns
+    -------
+    KafkaSecrets
+        The secrets, with their values.
+
+    Raises
+    ------
+    OptionError
+        ``options`` is not a mapping, a key is not a ``kafka.*`` option, a value is not a string,
+        or :func:`kafka_settings` refuses them.
+
+    Runs on
+    -------
+    driver
+    """
     if options is None:
         return KafkaSecrets()
     if not isinstance(options, Mapping):
@@ -252,15 +334,42 @@ def secrets_from_options(options: Mapping[str, Any] | None, *,
 
 
 def admin_settings(config: Mapping[str, Any]) -> Settings:
-    """An AdminClient's settings: the client configuration less the consumer-only settings."""
+    """An AdminClient's settings: the client configuration less the consumer-only settings.
+
+    Parameters
+    ----------
+    config
+        The client configuration (public settings and secrets).
+
+    Runs on
+    -------
+    driver
+    """
     return {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY_PREFIXES)}
 
 
 def consumer_settings(config: Mapping[str, Any], group_id: str) -> Settings:
-    """An executor's consumer: no group management, no auto commit, out-of-range is an error
-    (never a silent reset), partition EOF reported so the end is recognised. Fetches are larger
-    than librdkafka's defaults, since a task reads one partition to its end; ``kafka.*``
-    options win over those sizes."""
+    """An executor's consumer settings: no group management, no auto commit, out-of-range is an
+    error (never a silent reset), partition EOF reported so the end is recognised. Fetches are
+    larger than librdkafka's defaults, since a task reads one partition to its end; the
+    ``kafka.*`` options win over those sizes.
+
+    Parameters
+    ----------
+    config
+        The client configuration (public settings and secrets).
+    group_id
+        The consumer's ``group.id`` (no group is joined).
+
+    Returns
+    -------
+    Settings
+        The consumer's configuration.
+
+    Runs on
+    -------
+    executor
+    """
     conf: Settings = {"queued.max.messages.kbytes": 65536,
                       "max.partition.fetch.bytes": 8 * 1024 * 1024,
                       "fetch.max.bytes": 64 * 1024 * 1024, **config}
@@ -271,8 +380,25 @@ def consumer_settings(config: Mapping[str, Any], group_id: str) -> Settings:
 
 
 def client_error(exc: Exception, secrets: KafkaSecrets) -> OptionError:
-    """A client constructor's failure (it only fails on configuration) as an OptionError that
-    names the ``kafka.*`` setting, with secret values redacted."""
+    """A client constructor's failure (it only fails on configuration) as an ``OptionError``
+    that names the ``kafka.*`` setting, secret values redacted.
+
+    Parameters
+    ----------
+    exc
+        The constructor's exception.
+    secrets
+        The client's secrets, to redact from the message.
+
+    Returns
+    -------
+    OptionError
+        The error to raise.
+
+    Runs on
+    -------
+    both
+    """
     return OptionError(f"a kafka.* option was refused by the Kafka client (librdkafka): "
                        f"{secrets.redact(str(exc))}. Options after 'kafka.' must be librdkafka "
                        "settings (https://github.com/confluentinc/librdkafka/blob/master/"

@@ -3,31 +3,31 @@
 Spark reuses Python workers, so a task of batch N+1 often runs where the task of batch N read
 the same partition. Like Spark's ``KafkaDataConsumer`` cache, consumers are pooled by client
 configuration (cluster and security settings, secrets included, held in memory only), topic
-and partition; a pooled consumer keeps its broker connections and metadata (a new consumer
-costs about 10 ms). A consumer that failed is closed, never pooled. The pool is bounded (least
-recently used closed first) and consumers idle longer than the timeout are closed by a daemon
-thread.
+and partition; a pooled consumer keeps its broker connections and metadata, which a new
+consumer must set up again. A consumer that failed is closed, never pooled. The pool is
+bounded (least recently used closed first) and consumers idle longer than the timeout are
+closed by a daemon thread.
 
-How a consumer waits in the pool depends on what follows its range in the log:
+How a consumer waits in the pool depends on what follows its range in the log
+(why: docs/decisions/0007-replace-consumers-instead-of-seeking.md):
 
 - Near the log end (at most ``REFETCH_RECORDS`` records after it, the usual case of a stream
   that keeps up) it is *unassigned*: librdkafka fetches nothing for it. Left assigned, a
   consumer at the log end keeps a fetch waiting at the broker and sends the next as soon as
-  one returns, every ``fetch.wait.max.ms`` (the main job sets 50 ms), which costs the broker
-  CPU (docs/decisions/0007-replace-consumers-instead-of-seeking.md). A
-  reader takes it wherever its last range stopped (another worker may have read the ranges in
-  between, or a batch is replayed) and assigns it at the range's start: not a seek, nothing
-  of its own is in flight once it has been idle for ``fetch.wait.max.ms``.
+  one returns, every ``fetch.wait.max.ms`` (the main job sets a short one), which costs the
+  broker CPU. A reader takes it wherever its last range stopped (another worker may have read
+  the ranges in between, or a batch is replayed) and assigns it at the range's start: not a
+  seek, nothing of its own is in flight once it has been idle for ``fetch.wait.max.ms``.
 - With a backlog after its range (catching up) it stays *assigned* and keeps prefetching, up
-  to librdkafka's queue bound (``queued.max.messages.kbytes``: 64 MiB per consumer by default
-  here), so the next range's records are in memory already. It is taken only by a
-  range that starts exactly where its delivery stopped; otherwise it is replaced by a new
-  consumer, not re-positioned: librdkafka starts a seek's fetch only once the consumer's
-  outstanding fetch returns (docs/decisions/0007-replace-consumers-instead-of-seeking.md).
+  to librdkafka's queue bound (``queued.max.messages.kbytes``, as
+  ``client_config.consumer_settings`` sets it), so the next range's records are in memory
+  already. It is taken only by a range that starts exactly where its delivery stopped;
+  otherwise it is replaced by a new consumer, not re-positioned: librdkafka starts a seek's
+  fetch only once the consumer's outstanding fetch returns.
 
 The pool's memory is therefore at most ``kafkaConsumer.cacheCapacity`` times that queue bound,
-reached only while catching up; 0 turns pooling off. (Pausing idle consumers was measured
-too: librdkafka's resume then waited for the outstanding fetch, up to 1 s.)
+reached only while catching up; 0 turns pooling off. (Pausing idle consumers instead was
+tried: librdkafka's resume then waited for the outstanding fetch as a seek does.)
 """
 
 from __future__ import annotations
@@ -79,7 +79,19 @@ class PoolStats:
 
 
 class ConsumerPool:
-    """A bounded pool of idle consumers keyed by (reader kind, settings, topic, partition)."""
+    """A bounded pool of idle consumers keyed by (reader kind, settings, topic, partition).
+
+    Parameters
+    ----------
+    capacity
+        How many idle consumers to keep at most; 0 or less pools nothing.
+    idle_timeout_s
+        Seconds after which an idle consumer is closed.
+
+    Runs on
+    -------
+    executor (one pool per Python worker: :data:`POOL`)
+    """
 
     def __init__(self, *, capacity: int = 16, idle_timeout_s: float = 60.0) -> None:
         self.capacity = capacity
@@ -93,15 +105,44 @@ class ConsumerPool:
         return f"ConsumerPool(idle={len(self._idle)}, capacity={self.capacity}, {self.stats})"
 
     def configure(self, *, capacity: int, idle_timeout_s: float) -> None:
-        """Applies a reader's ``kafkaConsumer.cache*`` options (the latest reader's win)."""
+        """Apply a reader's ``kafkaConsumer.cache*`` options (the latest reader's win), closing the
+        idle consumers beyond them now.
+
+        Parameters
+        ----------
+        capacity
+            How many idle consumers to keep at most.
+        idle_timeout_s
+            Seconds after which an idle consumer is closed.
+        """
         self.capacity, self.idle_timeout_s = capacity, idle_timeout_s
         self._evict(time.monotonic())
 
     def acquire(self, key: Hashable, start: int, factory: Callable[[], Any]) -> Any:
         """A consumer assigned at ``start``: the pooled one of ``key`` when it still fetches
         ahead from exactly there (its prefetched records serve the range) or is unassigned
-        (assigning it is not a seek: nothing of its own is in flight); else a new one (a
-        consumer fetching ahead from elsewhere is closed: see the module's note on seeks)."""
+        (assigning it is not a seek); else a new one from ``factory`` (a pooled consumer
+        fetching ahead from elsewhere is closed: see the module's note on seeks).
+
+        Parameters
+        ----------
+        key
+            The pool key: reader kind, client settings, topic and partition.
+        start
+            The offset the range starts at.
+        factory
+            Makes a new consumer (not yet assigned).
+
+        Returns
+        -------
+        Any
+            The consumer, assigned at ``start``.
+
+        Raises
+        ------
+        Exception
+            Whatever ``factory`` or assigning the new consumer raises (that consumer is closed).
+        """
         with self._lock:
             idle = self._idle.pop(key, None)
         if idle is not None and idle.assigned and idle.next_offset == start:
@@ -130,10 +171,20 @@ class ConsumerPool:
         return consumer
 
     def release(self, key: Hashable, consumer: Any, next_offset: int) -> None:
-        """Returns a consumer that finished its range cleanly; ``next_offset`` is the offset
-        it would deliver next (-1 when unknown). It stays assigned only while more than
-        ``REFETCH_RECORDS`` records follow in the log (catching up: the records it prefetched
-        serve the next range); near the log end it is unassigned (module note)."""
+        """Give back a consumer that finished its range cleanly. It stays assigned only while more
+        than ``REFETCH_RECORDS`` records follow in the log (catching up: the records it prefetched
+        serve the next range); near the log end it is unassigned (module note). A consumer that
+        cannot be made idle, or any with pooling off, is closed.
+
+        Parameters
+        ----------
+        key
+            The pool key it was acquired with.
+        consumer
+            The consumer.
+        next_offset
+            The offset it would deliver next; -1 when unknown.
+        """
         if self.capacity <= 0:
             self._close(consumer)
             return
@@ -157,7 +208,13 @@ class ConsumerPool:
         self._start_sweeper()
 
     def discard(self, consumer: Any) -> None:
-        """Closes a consumer that failed (never pooled)."""
+        """Close a consumer that failed (never pooled).
+
+        Parameters
+        ----------
+        consumer
+            The consumer.
+        """
         self._close(consumer)
 
     def clear(self) -> None:

@@ -1,18 +1,9 @@
 """The two Kafka consumers a range reader can drive, behind one small interface.
 
-``NativeConsumer`` wraps ``orderedstream._kafka_native`` (Rust, librdkafka's
-``rd_kafka_consume_batch_queue`` with the GIL released): a fetch comes back as Arrow buffers,
-with no Python object per record. ``PythonConsumer`` wraps confluent-kafka (one ``Message`` per
-record, columns built with ``pa.array``): the fallback when the extension is not built.
-
-Both report the same things to :class:`~orderedstream.python_datasource.reader.RangeReader`,
-which keeps every decision (range ends, loss checks, errors): per fetch the record count, the
-first/last offsets and whether they ascend, the events (``KafkaError`` with its offset: EOF,
-out of range, transport errors), and the records before the range end as an Arrow batch.
-Errors librdkafka reports through ``error_cb`` go to the consumer's current
-:class:`ClientErrors` (a pooled consumer serves one reader after another). The native path
-never imports confluent-kafka (tens of milliseconds per worker start) until an error is raised
-as confluent-kafka's ``KafkaException``, the class both readers raise.
+``NativeConsumer`` (``orderedstream._kafka_native``: Rust, the GIL released, Arrow buffers per
+fetch) and ``PythonConsumer`` (confluent-kafka, the fallback) each return a :class:`Fetch` per
+consume call to ``reader.RangeReader``, which keeps every decision; both raise confluent-kafka's
+``KafkaException``. Runs on the executors (``resolve`` on the driver too).
 """
 
 from __future__ import annotations
@@ -65,7 +56,13 @@ def native_unavailable_reason() -> str | None:
 
 def resolve(kind: ReaderKind) -> Literal["native", "python"]:
     """The reader ``kind`` stands for here: ``auto`` is native when the extension loads, else
-    python (logged once per process)."""
+    python (a warning once); ``native`` that does not load is an ``OptionError`` saying why.
+
+    Parameters
+    ----------
+    kind
+        The ``reader`` option: ``native``, ``python`` or ``auto``.
+    """
     global _fallback_logged
     if kind == "python":
         return "python"
@@ -95,27 +92,37 @@ class NativeError:
         self._code, self._reason = code, reason
 
     def code(self) -> int:
+        """The librdkafka error code."""
         return self._code
 
     def name(self) -> str:
+        """librdkafka's name of the code (e.g. ``_PARTITION_EOF``)."""
         return str(native_module().err_name(self._code))
 
-
     def retriable(self) -> bool:
+        """False, as confluent-kafka's ``KafkaError`` of an event."""
         return False  # as confluent-kafka's KafkaError of a message or error_cb event
 
     def fatal(self) -> bool:
+        """False, as confluent-kafka's ``KafkaError`` of an event."""
         return False
 
     def __str__(self) -> str:
         return f'KafkaError{{code={self.name()},val={self._code},str="{self._reason}"}}'
 
     def str(self) -> str:  # noqa: A003 - confluent-kafka's name
+        """librdkafka's text of the error."""
         return self._reason
 
 
 def kafka_exception(err: Any) -> Exception:
-    """confluent-kafka's ``KafkaException`` for ``err`` (what both readers raise)."""
+    """confluent-kafka's ``KafkaException`` for ``err`` (what both readers raise).
+
+    Parameters
+    ----------
+    err
+        A ``NativeError`` or a confluent-kafka ``KafkaError``.
+    """
     from confluent_kafka import KafkaError, KafkaException
 
     if isinstance(err, NativeError):
@@ -124,7 +131,8 @@ def kafka_exception(err: Any) -> Exception:
 
 
 class Fetch:
-    """What one consume call returned (see the module docstring)."""
+    """What one consume call returned: the record count, first/last offsets and whether they
+    ascend, the events (``KafkaError``, offset), and the records before the range end."""
 
     __slots__ = ("total", "first", "last", "increasing", "head", "kept", "events", "_build")
 
@@ -136,7 +144,13 @@ class Fetch:
         self._build = build
 
     def batch(self, schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
-        """The kept records (offsets below the range end) as a batch of ``schema``."""
+        """The kept records (offsets below the range end) as an Arrow batch.
+
+        Parameters
+        ----------
+        schema, topic, partition
+            The source's record schema, and the topic and partition columns' values.
+        """
         return self._build(schema, topic, partition)
 
 
@@ -160,6 +174,13 @@ class PythonConsumer:
         self.errors(err)
 
     def assign(self, offset: int) -> None:
+        """Assign the partition so that ``offset`` is delivered next.
+
+        Parameters
+        ----------
+        offset
+            The offset to start at.
+        """
         from confluent_kafka import TopicPartition
 
         self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
@@ -177,15 +198,34 @@ class PythonConsumer:
         return bool(self._consumer.assignment())
 
     def watermarks(self, timeout_s: float) -> tuple[int, int]:
+        """The partition's (low, high) watermarks, asked of the broker.
+
+        Parameters
+        ----------
+        timeout_s
+            Seconds to wait for the answer (``KafkaException`` after them).
+        """
         low, high = self._consumer.get_watermark_offsets(self._tp, timeout=timeout_s,
                                                          cached=False)
         return int(low), int(high)
 
     def position(self) -> int:
+        """The offset delivered next (-1 when not known)."""
         pos = self._consumer.position([self._tp])
         return pos[0].offset if pos else -1
 
     def consume(self, want: int, timeout_s: float, end: int, headers: bool) -> Fetch:
+        """Fetch up to ``want`` records or events, waiting at most ``timeout_s``.
+
+        Parameters
+        ----------
+        want, timeout_s
+            How many messages to ask librdkafka for, and the seconds to wait for the first.
+        end
+            The range's end offset (exclusive): records from it on are counted, not kept.
+        headers
+            Whether the batch gets the headers column.
+        """
         msgs: list[Any] = self._consumer.consume(num_messages=want, timeout=timeout_s)
         records: list[Any] = []
         events: list[tuple[Any, int]] = []
@@ -208,6 +248,7 @@ class PythonConsumer:
                      head=offsets[:5], kept=cut, events=events, build=build)
 
     def close(self) -> None:
+        """Close the consumer (its broker connections)."""
         self._consumer.close()
 
 
@@ -268,6 +309,13 @@ class NativeConsumer:
             self.errors(NativeError(code, reason))
 
     def assign(self, offset: int) -> None:
+        """Assign the partition so that ``offset`` is delivered next.
+
+        Parameters
+        ----------
+        offset
+            The offset to start at (``KafkaException`` when librdkafka refuses).
+        """
         _raise_on(self._consumer.assign(self.topic, self.partition, offset), "assign")
         self._eof_bump = None
 
@@ -286,6 +334,13 @@ class NativeConsumer:
         return bool(self._consumer.assigned_count())
 
     def watermarks(self, timeout_s: float) -> tuple[int, int]:
+        """The partition's (low, high) watermarks, asked of the broker.
+
+        Parameters
+        ----------
+        timeout_s
+            Seconds to wait for the answer (``KafkaException`` after them).
+        """
         code, text, low, high = self._consumer.watermarks(self.topic, self.partition,
                                                           int(timeout_s * 1000))
         self._drain_errors()
@@ -294,9 +349,8 @@ class NativeConsumer:
         return low, high
 
     def position(self) -> int:
-        """The offset delivered next. librdkafka's batch consume moves its application
-        position to an end-of-log event's offset + 1 (as if the event were a record): one past
-        a record not delivered yet. That bump is undone here while nothing moved it since."""
+        """The offset delivered next. librdkafka's batch consume moves its position to an EOF
+        event's offset + 1 (one past a record not delivered yet); undone while nothing moved it."""
         code, offset = self._consumer.position(self.topic, self.partition)
         _raise_on(code, "position")
         if self._eof_bump is not None and offset == self._eof_bump + 1:
@@ -304,6 +358,13 @@ class NativeConsumer:
         return int(offset)
 
     def consume(self, want: int, timeout_s: float, end: int, headers: bool) -> Fetch:
+        """Fetch as :meth:`PythonConsumer.consume` does, with the GIL released.
+
+        Parameters
+        ----------
+        want, timeout_s, end, headers
+            As :meth:`PythonConsumer.consume`.
+        """
         total, kept, first, last, increasing, head, raw_events, buffers = \
             self._consumer.consume(want, int(timeout_s * 1000), end, headers)
         self._drain_errors()
@@ -321,6 +382,7 @@ class NativeConsumer:
                      kept=kept, events=events, build=build)
 
     def close(self) -> None:
+        """Close the consumer (its broker connections)."""
         self._consumer.close()
 
 
@@ -371,6 +433,18 @@ def _native_batch(n: int, buffers: tuple[Any, ...], schema: pa.Schema, topic: st
 
 def open_consumer(kind: Literal["native", "python"], settings: Settings, topic: str,
                   partition: int, errors: ClientErrors) -> PythonConsumer | NativeConsumer:
-    """A new consumer of ``kind`` for one partition (not yet assigned)."""
+    """A new, unassigned consumer of ``kind`` for one partition (``ValueError``: a bad setting).
+
+    Parameters
+    ----------
+    kind
+        ``native`` or ``python`` (see :func:`resolve`).
+    settings
+        The consumer's librdkafka settings (``client_config.consumer_settings``).
+    topic, partition
+        The partition to read.
+    errors
+        Receives the errors librdkafka reports through ``error_cb``.
+    """
     cls = NativeConsumer if kind == "native" else PythonConsumer
     return cls(settings, topic, partition, errors)

@@ -5,24 +5,11 @@ Shared by the fenced Parquet sink and the ordered state store. Layout under the 
     _fenced/epoch.json              writer epoch, claimed by compare-and-swap (If-Match)
     _fenced/log/<version:020d>.json commit records, each created exclusively (If-None-Match: *)
 
-Records form a dense sequence of table *versions* 0, 1, 2, ...; a version is either the commit
-of a streaming batch (``batch_id`` set) or a maintenance change such as a compaction
-(``batch_id`` None). Creating version v exclusively serialises every writer, like Delta's log:
-whoever creates v first wins; a loser re-reads v and either finds its own record (an s3fs retry
-that had succeeded), another writer's commit of the same batch (``CommitConflictError``), a
-newer epoch (``FencedError``), or an unrelated change (it then tries v + 1).
-
-Usage (driver side)::
-
-    log = CommitLog("s3://lake/table", storage_options)
-    epoch = log.claim_epoch("query-a")          # once per query run; fences older runs
-    if log.get(batch_id) is None:               # a replay of a committed batch is skipped
-        record = log.commit(batch_id, epoch, files, extra={"state": {...}})
-
-``extra`` is arbitrary JSON kept verbatim (the ordered stage stores per-partition state
-manifests there). Records are immutable once created; ``_spark_metadata`` is derived from them.
-``CommitRecord`` and ``Epoch`` live in ``orderedstream.core.commitrecord`` (re-exported here);
-a record that cannot be read is a ``CorruptLogError``, a newer format ``UnsupportedFormatError``.
+Records form a dense sequence of table versions; a version is a streaming batch's commit
+(``batch_id`` set) or a maintenance change such as a compaction (``batch_id`` None). Creating
+version v exclusively serialises every writer, like Delta's log. Records are immutable;
+``_spark_metadata`` is derived from them. ``CommitRecord`` and ``Epoch`` live in
+``orderedstream.core.commitrecord`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -53,10 +40,12 @@ def _is_json(data: bytes) -> bool:
 class CommitLog:
     """Exclusive, fenced commit records under ``<url>/_fenced`` on any fsspec filesystem.
 
-    Driver-side object (it holds a filesystem client; do not ship it to executors: ship
-    ``url`` and ``storage_options`` and rebuild it). Records are cached once read, since
-    they never change: the newest ``CACHE_RECORDS`` of them, so a driver that runs for months
-    keeps a bounded cache.
+    It holds a filesystem client: ship ``url`` and ``storage_options`` to executors, not it.
+    Records are cached once read (they never change), the newest ``CACHE_RECORDS`` of them.
+
+    Runs on
+    -------
+    driver (every method)
     """
 
     CACHE_RECORDS = 4096
@@ -108,7 +97,26 @@ class CommitLog:
     def claim_epoch(self, writer_id: str, attempts: int = 50) -> Epoch:
         """Claim the next epoch by compare-and-swap; every older epoch is fenced from now on.
 
-        Call once per query run on the driver (a restarted query claims again).
+        Call once per query run (a restarted query claims again).
+
+        Parameters
+        ----------
+        writer_id
+            The claiming writer's name, kept in the epoch and named in ``FencedError``.
+        attempts
+            How many compare-and-swap rounds to try against concurrent claims.
+
+        Returns
+        -------
+        Epoch
+            The claimed epoch (its number, ``writer_id`` and a fresh token).
+
+        Raises
+        ------
+        CommitConflictError
+            Every attempt lost to a concurrent claim.
+        CorruptLogError
+            The epoch file cannot be read.
         """
         for _ in range(attempts):
             found = self._read_complete(self._epoch_path, versioned=True)
@@ -124,7 +132,18 @@ class CommitLog:
                                   f"after {attempts} attempts: too many concurrent claims")
 
     def check_epoch(self, epoch: Epoch) -> None:
-        """Raise FencedError unless ``epoch`` is still the current one."""
+        """Check that ``epoch`` is still the current one (same number and token).
+
+        Parameters
+        ----------
+        epoch
+            The epoch this writer claimed.
+
+        Raises
+        ------
+        FencedError
+            A newer epoch was claimed: another run owns the output.
+        """
         current = self.current_epoch()
         if current is not None and (current.number, current.token) != (epoch.number,
                                                                         epoch.token):
@@ -135,7 +154,18 @@ class CommitLog:
 
     # ---- reading -----------------------------------------------------------------------
     def read_version(self, version: int) -> CommitRecord | None:
-        """The record of table version ``version``, or None when it does not exist."""
+        """The record of table version ``version`` (from 0), or None when it does not exist.
+
+        Parameters
+        ----------
+        version
+            The table version.
+
+        Raises
+        ------
+        CorruptLogError
+            The record cannot be parsed or holds another version.
+        """
         cached = self._cache.get(version)
         if cached is not None:
             return cached
@@ -177,7 +207,20 @@ class CommitLog:
         return version
 
     def records(self, start: int = 0, end: int | None = None) -> Iterator[CommitRecord]:
-        """Records of versions ``start``..``end`` (inclusive; default: the latest)."""
+        """Iterate over the records of versions ``start`` to ``end`` (inclusive), in order.
+
+        Parameters
+        ----------
+        start
+            The first version.
+        end
+            The last version; None for the latest (an empty log yields nothing).
+
+        Raises
+        ------
+        CorruptLogError
+            A version in the range is missing, or a record is unreadable or misnamed.
+        """
         last = self.latest_version() if end is None else end
         if last is None:
             return
@@ -207,8 +250,17 @@ class CommitLog:
     def get(self, batch_id: int) -> CommitRecord | None:
         """The commit record of streaming batch ``batch_id``, or None if it is not committed.
 
-        Scans back from the newest version (batches commit in order, so this is one or two
-        reads for the batches a stream asks about).
+        Scans back from the newest version (batches commit in order: one or two reads).
+
+        Parameters
+        ----------
+        batch_id
+            The streaming batch id.
+
+        Raises
+        ------
+        CorruptLogError
+            A record read on the way cannot be parsed.
         """
         version = self.latest_version()
         while version is not None and version >= 0:
@@ -229,6 +281,9 @@ class CommitLog:
         return None if record is None else record.batch_id
 
     def latest_batch_record(self) -> CommitRecord | None:
+        """The newest committed batch's record (maintenance versions skipped), or None before the
+        first batch; a record that cannot be parsed raises ``CorruptLogError``.
+        """
         version = self.latest_version()
         while version is not None and version >= 0:
             record = self.read_version(version)
@@ -241,12 +296,36 @@ class CommitLog:
     def commit(self, batch_id: int, epoch: Epoch, files: Iterable[DataFile | Mapping[str, Any]],
                extra: Mapping[str, Any] | None = None, *, schema: str | None = None,
                ) -> CommitRecord:
-        """Publish batch ``batch_id`` by creating its record exclusively.
+        """Publish batch ``batch_id`` by creating its record exclusively at the next version.
 
-        Returns the record (also when this same epoch token had already created it: a retried
-        call is idempotent). Raises FencedError when a newer epoch exists, CommitConflictError
-        when another writer committed this batch or a later one first. ``schema`` defaults to
-        the previous version's schema.
+        A retried call with the same epoch token returns the record it created (idempotent).
+
+        Parameters
+        ----------
+        batch_id
+            The streaming batch id; ids must grow.
+        epoch
+            The writer's claimed epoch, checked before the write.
+        files
+            The data files the batch adds (``DataFile`` or their dicts).
+        extra
+            JSON kept verbatim in the record (e.g. state manifests).
+        schema
+            The table's schema string; None keeps the previous version's.
+
+        Returns
+        -------
+        CommitRecord
+            The published (or already published) record.
+
+        Raises
+        ------
+        FencedError
+            A newer epoch exists or committed a version.
+        CommitConflictError
+            Another writer committed this batch, or a later batch is already committed.
+        TypeError
+            ``extra`` is not JSON-serialisable.
         """
         data_files = tuple(f if isinstance(f, DataFile) else DataFile.from_dict(dict(f))
                            for f in files)
@@ -259,12 +338,34 @@ class CommitLog:
                       only_at: Callable[[int], bool] | None = None) -> CommitRecord:
         """Publish a maintenance change (e.g. compaction): add ``files``, retire ``removes``.
 
-        It does not need the writer epoch (it never changes which rows are visible), and it
-        commutes with appends; it fails with CommitConflictError if a version after
-        ``base_version`` already retired one of ``removes``. With ``only_at``, the change is
-        published only at a version v where ``only_at(v)``; versions in between are filled
-        with empty maintenance records (used to land compactions on _spark_metadata
-        compaction points).
+        It needs no epoch (it never changes which rows are visible) and commutes with appends.
+
+        Parameters
+        ----------
+        base_version
+            The version the change was prepared against.
+        files
+            The data files the change adds.
+        removes
+            The paths of the files it retires.
+        extra
+            JSON kept verbatim in the record.
+        writer_id
+            The name kept in the record.
+        only_at
+            If given, publish only at a version ``v`` where ``only_at(v)``, filling the versions
+            before it with empty maintenance records (to land on ``_spark_metadata`` compaction
+            points).
+
+        Returns
+        -------
+        CommitRecord
+            The published record.
+
+        Raises
+        ------
+        CommitConflictError
+            A version after ``base_version`` already retired one of ``removes``.
         """
         removes = tuple(removes)
         for record in self.records(base_version + 1):

@@ -40,11 +40,46 @@ class Epoch:
     token: str
 
     def to_json(self) -> str:
+        """The epoch as the JSON text of ``_fenced/epoch.json`` (keys sorted).
+
+        Returns
+        -------
+        str
+            ``{"epoch": ..., "token": ..., "writer_id": ...}``.
+
+        Runs on
+        -------
+        driver
+        """
         return json.dumps({"epoch": self.number, "writer_id": self.writer_id,
                            "token": self.token}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "the writer epoch") -> Epoch:
+        """Parse an epoch written by ``to_json``.
+
+        Parameters
+        ----------
+        text
+            The JSON text.
+        where
+            How the error names the source (its path).
+
+        Returns
+        -------
+        Epoch
+            The parsed epoch.
+
+        Raises
+        ------
+        CorruptLogError
+            ``text`` is not a JSON object with an integer ``epoch``, a ``writer_id``
+            and a ``token``.
+
+        Runs on
+        -------
+        driver
+        """
         data = _parse_object(text, where)
         try:
             return cls(int(data["epoch"]), str(data["writer_id"]), str(data["token"]))
@@ -74,9 +109,21 @@ class CommitRecord:
 
     @property
     def rows(self) -> int:
+        """The rows this version's ``files`` add (their ``rows`` summed)."""
         return sum(f.rows for f in self.files)
 
     def to_json(self) -> bytes:
+        """The record as the UTF-8 JSON of its log file, stamped with ``FORMAT_VERSION``.
+
+        Returns
+        -------
+        bytes
+            The record's JSON, keys sorted.
+
+        Runs on
+        -------
+        driver
+        """
         return json.dumps({
             "format": FORMAT_VERSION, "version": self.version, "batch_id": self.batch_id,
             "epoch": self.epoch, "writer_id": self.writer_id, "token": self.token,
@@ -86,7 +133,31 @@ class CommitRecord:
 
     @classmethod
     def from_json(cls, data: bytes | str, where: str = "a commit record") -> CommitRecord:
-        """Parse a record; ``where`` (its path) goes into the error of a bad one."""
+        """Parse a record written by ``to_json``.
+
+        Parameters
+        ----------
+        data
+            The record's JSON.
+        where
+            How the error names the record (its path).
+
+        Returns
+        -------
+        CommitRecord
+            The parsed record.
+
+        Raises
+        ------
+        UnsupportedFormatError
+            The record has a newer format than ``FORMAT_VERSION``.
+        CorruptLogError
+            It is not JSON, has no valid format field, or lacks or mistypes a field.
+
+        Runs on
+        -------
+        driver
+        """
         raw = _parse_object(data, where)
         found = raw.get("format")
         if isinstance(found, int) and not isinstance(found, bool) and found > FORMAT_VERSION:

@@ -4,10 +4,11 @@ Spark finds static Python Data Sources by importing every top-level ``pyspark_*`
 fresh planner process, the first time a session resolves a format that is not a JVM one, and
 pickles each ``DefaultSource`` class by reference. Only ``name()`` is asked there. Importing the
 pack's real sources at that point imported pyarrow, fsspec and the libraries into that process
-for nothing: 0.43 instead of 0.14 CPU-s for the lookup with the pack's four modules, on the
-path from ``load()`` to the query's start. :class:`LazyDataSource` answers ``name()`` alone and
-imports its target only when Spark makes an instance (``create_data_source`` at ``load()``),
-returning the target's own instance: what Spark pickles from there on is the real source.
+for nothing, on the path from ``load()`` to the query's start
+(docs/decisions/0009-lazy-data-source-registrations.md). :class:`LazyDataSource` answers
+``name()`` alone and imports its target only when Spark makes an instance
+(``create_data_source`` at ``load()``), returning the target's own instance: what Spark
+pickles from there on is the real source.
 """
 
 from __future__ import annotations

@@ -131,10 +131,24 @@ def _exception_texts(exc: BaseException) -> list[str]:
 
 
 def pack_error_in(exc: BaseException) -> OrderedStreamError | None:
-    """The pack's error inside ``exc``, however Spark wrapped it (``[STREAM_FAILED]``,
-    ``[FOREACH_BATCH_USER_FUNCTION_ERROR]``, a Python worker's trace in a ``PythonException``):
-    the exception object when it is in the chain, else one rebuilt from the innermost
-    ``ErrorClass: message`` line of the traces (where it was raised). None when there is none."""
+    """Find the pack's error inside ``exc``, however Spark wrapped it (``[STREAM_FAILED]``,
+    ``[FOREACH_BATCH_USER_FUNCTION_ERROR]``, a Python worker's trace in a ``PythonException``).
+
+    Parameters
+    ----------
+    exc
+        The exception to search, with its causes and contexts.
+
+    Returns
+    -------
+    OrderedStreamError or None
+        The exception object when it is in the chain; else one rebuilt from the innermost
+        ``ErrorClass: message`` line of the traces (where it was raised); None when there is none.
+
+    Runs on
+    -------
+    driver (where Spark's errors arrive); works anywhere
+    """
     current: BaseException | None = exc
     seen: set[int] = set()
     while current is not None and id(current) not in seen:
@@ -157,8 +171,22 @@ def pack_error_in(exc: BaseException) -> OrderedStreamError | None:
 
 
 def error_summary(exc: BaseException) -> str | None:
-    """``ErrorClass: first line of its message`` for the pack's error in ``exc`` (see
-    :func:`pack_error_in`), None when there is none."""
+    """``ErrorClass: first line of its message`` for the pack's error in ``exc``.
+
+    Parameters
+    ----------
+    exc
+        The exception to search (see :func:`pack_error_in`).
+
+    Returns
+    -------
+    str or None
+        The summary line, or None when ``exc`` carries no pack error.
+
+    Runs on
+    -------
+    driver
+    """
     found = pack_error_in(exc)
     if found is None:
         return None
@@ -173,10 +201,25 @@ USER_FUNCTION_NOTE = "in the ordered user function"
 
 
 def user_function_error_in(exc: BaseException) -> str | None:
-    """``<Type>: <message> (raised in the ordered user function at Kafka ...)`` for an error
-    the user's function raised on an executor, found in the worker's trace that Spark quotes
-    (the exception line, then the note the stage added); None when there is none. The
-    exception's own type does not cross Spark, its name and message do."""
+    """Find an error the user's function raised on an executor, in the worker's trace that Spark
+    quotes (the exception line, then the note the stage added). The exception's own type does
+    not cross Spark; its name and message do.
+
+    Parameters
+    ----------
+    exc
+        The exception Spark raised, searched with its causes and contexts.
+
+    Returns
+    -------
+    str or None
+        ``<Type>: <message> (raised in the ordered user function at Kafka ...)`` for the
+        innermost such error, None when there is none.
+
+    Runs on
+    -------
+    driver
+    """
     note = re.compile(r"^" + re.escape(USER_FUNCTION_NOTE) + r"(.*)$", re.MULTILINE)
     found = None
     for text in _exception_texts(exc):
@@ -191,10 +234,27 @@ def user_function_error_in(exc: BaseException) -> str | None:
 
 
 def reason_first(exc: BaseException, where: str) -> BaseException:
-    """What to raise for a failure of Spark work that ran the pack's code: the pack's error
-    (same class, its message first, ``where`` added) when ``exc`` carries one, so Spark's
-    wrappers (``PythonException``, the worker's trace) come after it as the cause; ``exc``
-    itself otherwise. Use as ``raise reason_first(exc, "...") from exc``."""
+    """What to raise for a failure of Spark work that ran the pack's code, so that the pack's
+    sentence comes before Spark's wrappers. Use as ``raise reason_first(exc, "...") from exc``.
+
+    Parameters
+    ----------
+    exc
+        The exception caught around the Spark work.
+    where
+        What was running, added to the message (e.g. ``"batch 3 of the ordered stage"``).
+
+    Returns
+    -------
+    BaseException
+        ``exc`` itself when it is the pack's error; a new error of the pack error's class (its
+        message, then ``where``) when ``exc`` carries one; a ``UserFunctionError`` when it
+        carries the user's function's error; ``exc`` otherwise.
+
+    Runs on
+    -------
+    driver
+    """
     if isinstance(exc, OrderedStreamError):
         return exc
     found = pack_error_in(exc)
@@ -208,12 +268,29 @@ def reason_first(exc: BaseException, where: str) -> BaseException:
 
 def raise_reason_first(exc: BaseException, where: str) -> NoReturn:
     """Raise :func:`reason_first`'s error for ``exc`` (call inside ``except``), arranged so a
-    printed trace starts with the pack's sentence: its cause is the error as raised where it
-    happened (message only, no frames: Python prints a cause first), Spark's exception is its
-    context and ``spark_error``, and Spark's report is a note after the message. This matters
-    in ``foreachBatch``: Spark quotes the Python trace inside ``[FOREACH_BATCH_USER_FUNCTION_
-    ERROR]``, where a cause's trace printed first buried the sentence thousands of characters
-    deep."""
+    printed trace starts with the pack's sentence.
+
+    Its cause is the error as raised where it happened (message only, no frames: Python prints a
+    cause first), Spark's exception is its context and ``spark_error``, and Spark's report is a
+    note after the message. This matters in ``foreachBatch``, whose Spark report quotes the Python
+    trace: a cause's trace printed first buried the sentence deep in it.
+
+    Parameters
+    ----------
+    exc
+        The exception caught around the Spark work.
+    where
+        What was running, added to the message.
+
+    Raises
+    ------
+    BaseException
+        Always: the arranged pack error, or ``exc`` itself when it carries none.
+
+    Runs on
+    -------
+    driver
+    """
     first = reason_first(exc, where)
     if first is exc:
         raise exc
@@ -228,12 +305,28 @@ def raise_reason_first(exc: BaseException, where: str) -> NoReturn:
 
 
 def reason_head(exc: OrderedStreamError) -> OrderedStreamError:
-    """``exc`` arranged so a printed trace (``traceback.format_exc``, which Spark quotes for a
-    ``foreachBatch`` callback's error) starts with its sentence: its cause becomes a copy of
-    it with the message only (no frames: Python prints a cause first), and what caused it
-    before (a botocore error, Spark's trace) a note after the message, its first line only,
-    kept as ``original_cause``. An error already arranged so (by :func:`raise_reason_first`)
-    is returned as it is. Returns ``exc``."""
+    """Arrange ``exc`` so a printed trace (``traceback.format_exc``, which Spark quotes for a
+    ``foreachBatch`` callback's error) starts with its sentence.
+
+    Its cause becomes a copy of it with the message only (no frames: Python prints a cause
+    first); what caused it before (a botocore error, Spark's trace) becomes a note after the
+    message, its first line only, and is kept as ``original_cause``. An error already arranged
+    (by :func:`raise_reason_first`) is left as it is.
+
+    Parameters
+    ----------
+    exc
+        The pack's error to arrange, changed in place.
+
+    Returns
+    -------
+    OrderedStreamError
+        ``exc``.
+
+    Runs on
+    -------
+    both
+    """
     cause = exc.__cause__
     if isinstance(cause, OrderedStreamError) and cause.__traceback__ is None:
         return exc  # already headed
@@ -259,10 +352,22 @@ def _spark_report(exc: BaseException) -> str:
 
 
 def log_failure(logger: logging.Logger, exc: BaseException) -> None:
-    """One ERROR line ``orderedstream: <Class>: <first line>`` for the pack's error in ``exc``,
-    logged where a query's batch fails, before Spark prints its report (a script without
-    logging set up shows it on stderr through Python's last-resort handler). Records carry
-    ``orderedstream_failure`` so a CLI that reports the failure itself can leave them out."""
+    """Log one ERROR line ``orderedstream: <Class>: <first line>`` for the pack's error in ``exc``,
+    where a query's batch fails, before Spark prints its report (a script without logging set up
+    shows it on stderr through Python's last-resort handler). Records carry
+    ``orderedstream_failure`` so a CLI that reports the failure itself can leave them out.
+
+    Parameters
+    ----------
+    logger
+        The logger to write to.
+    exc
+        The failure; nothing is logged when it carries no pack error.
+
+    Runs on
+    -------
+    driver
+    """
     summary = error_summary(exc)
     if summary is not None:
         logger.error("orderedstream: %s", summary, extra={"orderedstream_failure": True})

@@ -118,11 +118,33 @@ class Placement:
     def prefer(self, df: Any, partition_keys: Mapping[int, str], *, tag: str) -> Any:
         """``df`` with a preferred executor for each partition that has a state key.
 
-        ``partition_keys`` maps partition index -> state key; ``tag`` names this batch (unique
-        per query, stage and batch id) for :meth:`commit`. Known keys prefer the executor that
-        last committed them (if alive); others are spread evenly over live executors. Run the
-        stage on the result with narrow operators (``mapInArrow``) so its tasks inherit the
-        preference. Without the shim ``df`` is returned unchanged.
+        Known keys prefer the executor that last committed them (if alive); others are spread
+        evenly over live executors. Run the stage on the result with narrow operators
+        (``mapInArrow``) so its tasks inherit the preference.
+
+        Parameters
+        ----------
+        df
+            The batch's DataFrame (classic, not Spark Connect).
+        partition_keys
+            Partition index (an int >= 0) -> state key (a non-empty string).
+        tag
+            Names this batch for :meth:`commit`: unique per query, stage and batch id.
+
+        Returns
+        -------
+        DataFrame
+            The placed DataFrame; ``df`` unchanged without the shim.
+
+        Raises
+        ------
+        PlacementError
+            ``tag`` is empty, an index is not an int >= 0, a key is not a non-empty string, or the
+            shim refuses the request (e.g. an index the DataFrame does not have).
+
+        Runs on
+        -------
+        driver
         """
         if self._jplacement is None:
             return df
@@ -149,27 +171,89 @@ class Placement:
         return DataFrame(jdf, self._spark)
 
     def partition_count(self, df: Any) -> int:
-        """How many partitions ``df``'s plan has (its tasks), without running it."""
+        """How many partitions ``df``'s plan has (its tasks), without running it.
+
+        Parameters
+        ----------
+        df
+            A classic DataFrame.
+
+        Returns
+        -------
+        int
+            The partition count of its physical plan's RDD.
+
+        Runs on
+        -------
+        driver
+        """
         return int(df._jdf.queryExecution().toRdd().getNumPartitions())
 
     def planned(self, tag: str) -> dict[int, str]:
-        """Partition index -> executor id that :meth:`prefer` chose for batch ``tag``."""
+        """The executors :meth:`prefer` chose for batch ``tag``.
+
+        Parameters
+        ----------
+        tag
+            The batch's tag given to :meth:`prefer`.
+
+        Returns
+        -------
+        dict[int, str]
+            Partition index -> executor id; {} without the shim.
+
+        Runs on
+        -------
+        driver
+        """
         if self._jplacement is None:
             return {}
         return {int(k): str(v) for k, v in self._jplacement.planned(str(tag)).items()}
 
     def observed(self, tag: str, timeout: float = 30.0) -> dict[int, str]:
-        """Partition index -> executor id its successful task of batch ``tag`` ran on."""
+        """The executors the successful tasks of batch ``tag`` ran on, as Spark's listener reported.
+
+        Parameters
+        ----------
+        tag
+            The batch's tag given to :meth:`prefer`.
+        timeout
+            Seconds to wait for the listener bus to deliver the batch's task events.
+
+        Returns
+        -------
+        dict[int, str]
+            Partition index -> executor id; {} without the shim.
+
+        Runs on
+        -------
+        driver
+        """
         if self._jplacement is None:
             return {}
         seen = self._jplacement.observed(str(tag), int(timeout * 1000))
         return {int(k): str(v) for k, v in seen.items()}
 
     def commit(self, tag: str, timeout: float = 30.0) -> dict[str, str]:
-        """After batch ``tag`` committed: remember where each key's task ran; returns key -> id.
+        """After batch ``tag`` committed, remember where each key's task ran.
 
-        Waits (at most ``timeout`` seconds) for Spark's listener bus to deliver the batch's task
-        events. Call it only for committed batches: a failed batch's state is not where it ran.
+        Call it only for committed batches: a failed batch's state is not where it ran.
+
+        Parameters
+        ----------
+        tag
+            The batch's tag given to :meth:`prefer`.
+        timeout
+            Seconds to wait at most for Spark's listener bus to deliver the batch's task events.
+
+        Returns
+        -------
+        dict[str, str]
+            State key -> executor id learned; {} without the shim.
+
+        Runs on
+        -------
+        driver
         """
         if self._jplacement is None:
             return {}
@@ -177,8 +261,18 @@ class Placement:
         return {str(k): str(v) for k, v in learned.items()}
 
     def commit_locations(self, executor_by_key: Mapping[str, str]) -> None:
-        """Remember key -> executor id given by the caller (e.g. from its commit messages,
-        where tasks put :func:`task_executor_id`)."""
+        """Remember the executors the caller gives (e.g. from its commit messages, where tasks put
+        :func:`task_executor_id`). Nothing happens without the shim.
+
+        Parameters
+        ----------
+        executor_by_key
+            State key -> executor id.
+
+        Runs on
+        -------
+        driver
+        """
         if self._jplacement is not None:
             self._jplacement.commitLocations({str(k): str(v) for k, v in executor_by_key.items()})
 
@@ -189,7 +283,18 @@ class Placement:
         return {str(k): str(v) for k, v in self._jplacement.locations().items()}
 
     def forget(self, prefix: str = "") -> None:
-        """Forget the remembered executors of keys starting with ``prefix`` (all for "")."""
+        """Forget the remembered executors of keys starting with ``prefix``. Nothing happens without
+        the shim.
+
+        Parameters
+        ----------
+        prefix
+            The key prefix; "" forgets every key.
+
+        Runs on
+        -------
+        driver
+        """
         if self._jplacement is not None:
             self._jplacement.forget(str(prefix))
 

@@ -1,14 +1,14 @@
 """An S3 filesystem that imports s3fs at its first use beyond obstore's writes.
 
-Why: a Spark worker of the main job puts its output files and state through obstore
-(``core.objectstore``) and, once its state's local copy is current, reads nothing from S3. Yet
-``fsspec.core.url_to_fs`` imports s3fs (aiobotocore, botocore, aiohttp: 19 MiB of resident
-memory and 0.25 s of CPU per worker process) and its first request builds a botocore client
-(15 MiB and 0.1 s more). ``url_to_fs`` here returns, for a plain ``s3://`` or ``s3a://`` URL
-whose options obstore serves exactly, a ``LazyS3FileSystem``: obstore's puts read its options;
-anything else (a read, a listing, a multipart upload) creates the s3fs filesystem fsspec would
-have returned (the same cached instance) and goes to it. Other URLs, options obstore does not
-serve and ``ORDEREDSTREAM_NATIVE_S3=0`` get fsspec's own filesystem, as before.
+A Spark worker of the main job puts its output files and state through obstore
+(``core.objectstore``) and, once its state's local copy is current, reads nothing from S3, so
+it need not pay for importing s3fs and building a botocore client (why:
+docs/decisions/0013-obstore-for-small-puts.md). ``url_to_fs`` here returns, for a plain
+``s3://`` or ``s3a://`` URL whose options obstore serves exactly, a ``LazyS3FileSystem``:
+obstore's puts read its options; anything else (a read, a listing, a multipart upload) creates
+the s3fs filesystem fsspec would have returned (the same cached instance) and goes to it.
+Other URLs, options obstore does not serve and ``ORDEREDSTREAM_NATIVE_S3=0`` get fsspec's own
+filesystem.
 """
 
 from __future__ import annotations
@@ -94,10 +94,19 @@ class LazyS3FileSystem:
         return path.rstrip("/") or cls.root_marker
 
     def invalidate_cache(self, path: str | None = None) -> None:
-        """s3fs's listing cache. fsspec shares one s3fs filesystem per options in a process, so
-        once s3fs is imported another user's (a commit log's) may hold a listing of ``path``:
-        it is dropped there too, without creating one here. Before s3fs is imported no
-        listing can exist."""
+        """Drop s3fs's cached listing of ``path``, here and in every fsspec s3fs instance of these
+        options (a commit log's may hold one), without creating the s3fs filesystem. Before s3fs is
+        imported no listing can exist and nothing is done.
+
+        Parameters
+        ----------
+        path
+            The path whose listing to drop; None drops every listing.
+
+        Runs on
+        -------
+        both
+        """
         s3fs = sys.modules.get("s3fs")
         if s3fs is None:
             return
@@ -124,7 +133,31 @@ class LazyS3FileSystem:
 
 
 def url_to_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
-    """``fsspec.core.url_to_fs(url, **storage_options)``, lazy for S3 as the module says."""
+    """``fsspec.core.url_to_fs(url, **storage_options)``, lazy for S3 as the module says.
+
+    Parameters
+    ----------
+    url
+        The location's URL or local path.
+    storage_options
+        The pack's storage options (see ``orderedstream.core.storage.fs_options``).
+
+    Returns
+    -------
+    tuple[Any, str]
+        The filesystem (a ``LazyS3FileSystem`` for a plain S3 URL whose options obstore serves)
+        and the path inside it.
+
+    Raises
+    ------
+    ValueError
+        fsspec cannot open the URL (e.g. an unknown protocol); its package missing is an
+        ``ImportError``.
+
+    Runs on
+    -------
+    both
+    """
     from orderedstream.core.storage import fs_options
 
     options = fs_options(url, storage_options)

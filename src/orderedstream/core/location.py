@@ -30,10 +30,36 @@ HEAD_TIMEOUT_S = 20.0
 
 def open_location(url: str, what: str, storage_options: Mapping[str, Any] | None = None,
                   ) -> tuple[Any, str]:
-    """The fsspec filesystem and root path of ``url``, once it is known to be reachable: a URL
-    fsspec cannot open (unknown protocol, its package missing, a malformed endpoint), an S3
-    endpoint that does not answer, or a bucket that does not exist is ``LocationError`` naming
-    ``what`` and the URL, not a traceback or a wait of minutes."""
+    """The fsspec filesystem and root path of ``url``, once it is known to be reachable.
+
+    Parameters
+    ----------
+    url
+        The location's URL or local path.
+    what
+        How the error names the location (e.g. ``"output"``).
+    storage_options
+        The pack's storage options for ``url``.
+
+    Returns
+    -------
+    tuple[Any, str]
+        The filesystem and the root path inside it.
+
+    Raises
+    ------
+    LocationError
+        fsspec cannot open the URL (unknown protocol, its package missing, a malformed
+        endpoint), an S3 endpoint does not answer within ``HEAD_TIMEOUT_S``, or the bucket or
+        container does not exist or cannot be checked; the message names ``what`` and the URL.
+    OSError
+        An S3 connection was refused or credentials are missing (raised as they are, for the
+        caller's own words).
+
+    Runs on
+    -------
+    driver
+    """
 
     options = fs_options(url, storage_options)
     try:
@@ -82,8 +108,8 @@ def _check_container(fs: Any, url: str, what: str, bucket: str,
 
 def _check_bucket(fs: Any, url: str, what: str, bucket: str, options: dict[str, Any],
                   ) -> None:
-    """HEAD the bucket through ``fs``'s own client (no second client: building one costs
-    about 0.1 CPU-s), waiting at most ``HEAD_TIMEOUT_S``; a denied HEAD passes (the
+    """HEAD the bucket through ``fs``'s own client (building a second one is not free),
+    waiting at most ``HEAD_TIMEOUT_S``; a denied HEAD passes (the
     credentials may still read and write objects)."""
     from fsspec.asyn import sync
     from fsspec.exceptions import FSTimeoutError
@@ -111,8 +137,27 @@ def _check_bucket(fs: Any, url: str, what: str, bucket: str, options: dict[str, 
 
 def check_location(url: str, what: str, storage_options: Mapping[str, Any] | None = None,
                    ) -> None:
-    """Write, read back and delete a small object under ``url``; ``LocationError`` naming
-    ``what`` (e.g. "output"), the URL and the cause when any of it fails."""
+    """Write, read back and delete a small probe object under ``url`` (on GCS and Azure also
+    check that a second create-if-absent is refused).
+
+    Parameters
+    ----------
+    url
+        The location's URL or local path (a local folder is created).
+    what
+        How the error names the location (e.g. ``"output"``).
+    storage_options
+        The pack's storage options for ``url``.
+
+    Raises
+    ------
+    LocationError
+        Any step fails, naming ``what``, the URL, the cause and what to check.
+
+    Runs on
+    -------
+    driver
+    """
     try:
         fs, root = open_location(url, what, storage_options)
     except OrderedStreamError:
@@ -156,8 +201,29 @@ def _check_conditional_writes(fs: Any, url: str, what: str, probe: str) -> None:
 
 def location_error(exc: BaseException, url: str, what: str, *, local: bool | None = None,
                    ) -> LocationError:
-    """``LocationError`` for an I/O failure ``exc`` met at ``url``: the cause in one line, then
-    what to check (for a local path, or for S3)."""
+    """Build the ``LocationError`` for an I/O failure ``exc`` met at ``url``: the cause in one
+    line, then what to check (for a local path, for S3, for GCS or Azure).
+
+    Parameters
+    ----------
+    exc
+        The I/O failure.
+    url
+        The location's URL or local path.
+    what
+        How the message names the location.
+    local
+        Whether ``url`` is local; None decides from the URL.
+
+    Returns
+    -------
+    LocationError
+        The error to raise (``from exc``).
+
+    Runs on
+    -------
+    both
+    """
     if local is None:
         local = is_local_url(url)
     scheme = storage.url_scheme(url)
@@ -183,8 +249,30 @@ _IO_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs")
 
 @contextlib.contextmanager
 def io_failures_named(url: str, what: str) -> Iterator[None]:
-    """Turn I/O failures at ``url`` inside the block (``OSError``, the S3 client's errors)
-    into ``location_error``; the pack's own errors and other exceptions pass unchanged."""
+    """Turn I/O failures at ``url`` inside the ``with`` block into :func:`location_error`.
+
+    Parameters
+    ----------
+    url
+        The location the block works on.
+    what
+        How the message names the location.
+
+    Returns
+    -------
+    Iterator[None]
+        A context manager's generator.
+
+    Raises
+    ------
+    LocationError
+        The block raised an ``OSError`` or an S3 client's error (botocore, aiobotocore, aiohttp,
+        s3fs); the pack's own errors and other exceptions pass unchanged.
+
+    Runs on
+    -------
+    both
+    """
     try:
         yield
     except OrderedStreamError:

@@ -1,9 +1,10 @@
 """pyarrow without pandas until something really imports pandas.
 
 ``pa.array(list)``, ``RecordBatch.from_pylist`` and ``pa.scalar`` first ask pyarrow's pandas shim
-whether the object is a pandas object, and the shim answers by importing pandas (about 40-50 MiB
-per process) and caching that it has it. In a process that has not imported pandas no object can
-be a pandas object, so the pack's workers and driver paid that memory for nothing.
+whether the object is a pandas object, and the shim answers by importing pandas (its memory in
+every process) and caching that it has it. In a process that has not imported pandas no object
+can be a pandas object, so the pack's workers and driver paid that memory for nothing
+(docs/decisions/0014-no-pandas-import.md).
 
 :func:`keep_pandas_lazy` makes the shim's answer "pandas is loaded in this process" instead of
 "pandas is installed": it primes the shim with "no pandas" while only its own thread is refused

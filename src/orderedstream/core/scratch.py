@@ -38,7 +38,25 @@ def _owner_ended(folder: Path) -> bool:
 
 
 def sweep(base: Path, prefix: str) -> list[Path]:
-    """Remove this user's ``prefix*`` folders in ``base`` whose recorded owner has ended."""
+    """Remove this user's ``prefix*`` folders in ``base`` whose recorded owner has ended (a folder
+    without an owner file is kept; errors on one folder skip it).
+
+    Parameters
+    ----------
+    base
+        The folder to look in (the temp folder or ``/tmp``).
+    prefix
+        How the folders' names begin.
+
+    Returns
+    -------
+    list[Path]
+        The folders removed; [] when ``base`` cannot be listed.
+
+    Runs on
+    -------
+    driver
+    """
     removed: list[Path] = []
     try:
         entries = list(base.iterdir())
@@ -56,10 +74,28 @@ def sweep(base: Path, prefix: str) -> list[Path]:
 
 
 def private_folder(prefix: str, *, longest_name: int, executable: bool = False) -> Path | None:
-    """A new 0700 folder ``<temp folder or /tmp>/<prefix>XXXXXXXX`` owned by this process,
-    where a name of ``longest_name`` characters inside it still makes a socket path Linux
-    accepts (and, with ``executable``, on a file system that runs programs); None if neither
-    place allows it. Folders of ``prefix`` left by ended owners there are removed first."""
+    """Make a new 0700 folder ``<temp folder or /tmp>/<prefix>XXXXXXXX`` owned by this process,
+    short enough for Unix sockets inside it. Folders of ``prefix`` left there by ended owners
+    are removed first.
+
+    Parameters
+    ----------
+    prefix
+        How the folder's name begins.
+    longest_name
+        The longest name to be put inside: with it the path must still fit a Linux socket path.
+    executable
+        Also require a file system that runs programs (not mounted ``noexec``).
+
+    Returns
+    -------
+    Path or None
+        The folder, or None if neither place allows it.
+
+    Runs on
+    -------
+    driver
+    """
     for text in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
         base = Path(text)
         if len(text) + 1 + len(prefix) + 8 + 1 + longest_name > _SOCKET_PATH_MAX:

@@ -27,8 +27,29 @@ THREAD_NAME = "orderedstream-accumulator-server-stop"
 
 
 def stop_session(spark: Any) -> threading.Thread | None:
-    """``spark.stop()``, the accumulator server's shutdown left to a daemon thread, which is
-    returned (None when the session had no such server, e.g. Spark Connect)."""
+    """Stop ``spark`` with ``spark.stop()``, leaving the accumulator server's shutdown to a daemon
+    thread.
+
+    Parameters
+    ----------
+    spark
+        The session to stop.
+
+    Returns
+    -------
+    threading.Thread or None
+        The thread shutting the accumulator server down, or None when the session had no such
+        server (e.g. Spark Connect).
+
+    Raises
+    ------
+    Exception
+        Whatever ``spark.stop()`` raises (the server's shutdown is still started).
+
+    Runs on
+    -------
+    driver
+    """
     context: Any = getattr(spark, "_sc", None)
     server = getattr(context, "_accumulatorServer", None)
     if server is not None:

@@ -38,7 +38,24 @@ ADMISSION_CONTROL: bool = SPARK_RELEASE >= (4, 2)
 
 
 def require(release: tuple[int, int], feature: str) -> None:
-    """Raise OptionError unless the installed Spark is ``release`` or newer."""
+    """Check that the installed Spark is ``release`` or newer, for a feature that needs it.
+
+    Parameters
+    ----------
+    release
+        The oldest (major, minor) release with the feature.
+    feature
+        How the error names the feature.
+
+    Raises
+    ------
+    OptionError
+        The installed pyspark is older, naming the feature and both releases.
+
+    Runs on
+    -------
+    driver
+    """
     if SPARK_RELEASE < release:
         raise OptionError(f"{feature} needs Spark {release[0]}.{release[1]} or newer; this is "
                           f"pyspark {pyspark.__version__}")

@@ -18,7 +18,23 @@ ITEM_COLUMN = "item"
 def is_connect(spark: Any) -> bool:
     """Whether ``spark`` is a Spark Connect session (pyspark's ``sql.connect`` session class).
 
-    Never imports the Connect client (its gRPC packages) for a classic session."""
+    Never imports the Connect client (its gRPC packages): when nothing imported it, no session
+    can be one.
+
+    Parameters
+    ----------
+    spark
+        A SparkSession, classic or Connect.
+
+    Returns
+    -------
+    bool
+        True for a Connect session.
+
+    Runs on
+    -------
+    driver
+    """
     import sys
 
     module = sys.modules.get("pyspark.sql.connect.session")
@@ -28,9 +44,29 @@ def is_connect(spark: Any) -> bool:
 
 
 def default_parallelism(spark: Any) -> int:
-    """The session's default number of tasks: ``sparkContext.defaultParallelism`` on a classic
-    session; under Connect (no SparkContext) ``spark.default.parallelism`` if set, else the
-    thread count of a ``local[N]`` master, else 2."""
+    """The session's default number of tasks.
+
+    Parameters
+    ----------
+    spark
+        A SparkSession, classic or Connect.
+
+    Returns
+    -------
+    int
+        ``sparkContext.defaultParallelism`` on a classic session; under Connect
+        ``spark.default.parallelism`` if set, else the thread count of a ``local[N]`` master,
+        else 2.
+
+    Raises
+    ------
+    ValueError
+        Under Connect, ``spark.default.parallelism`` is not an integer.
+
+    Runs on
+    -------
+    driver
+    """
     if not is_connect(spark):
         return int(spark.sparkContext.defaultParallelism)
     value = spark.conf.get("spark.default.parallelism", None)
@@ -45,10 +81,31 @@ def default_parallelism(spark: Any) -> int:
 
 def text_frame(spark: Any, texts: Iterable[str], partitions: int | None = None, *,
                column: str = ITEM_COLUMN) -> Any:
-    """A DataFrame of one string column ``column``, a row per text, spread over ``partitions``
-    Spark partitions (default: one per text). A classic session parallelizes them (an RDD,
-    as before); a Connect session, which has no RDDs, sends them in the plan
-    (``createDataFrame``) and spreads them by range."""
+    """A DataFrame of one string column, a row per text, spread over Spark partitions.
+
+    A classic session parallelizes the texts (an RDD); a Connect session, which has no RDDs,
+    sends them in the plan (``createDataFrame``) and spreads them by range.
+
+    Parameters
+    ----------
+    spark
+        A SparkSession, classic or Connect.
+    texts
+        The rows' texts.
+    partitions
+        How many partitions; None for one per text.
+    column
+        The column's name.
+
+    Returns
+    -------
+    DataFrame
+        The frame, its rows not yet computed.
+
+    Runs on
+    -------
+    driver
+    """
     rows = list(texts)
     count = max(1, partitions if partitions is not None else len(rows))
     if not is_connect(spark):
@@ -62,16 +119,65 @@ def text_frame(spark: Any, texts: Iterable[str], partitions: int | None = None, 
 
 
 def items_frame(spark: Any, items: Iterable[Any], partitions: int | None = None) -> Any:
-    """:func:`text_frame` of ``items`` (JSON-serialisable values) as JSON texts, in column
-    :data:`ITEM_COLUMN`."""
+    """:func:`text_frame` of ``items`` as JSON texts, in column :data:`ITEM_COLUMN`.
+
+    Parameters
+    ----------
+    spark
+        A SparkSession, classic or Connect.
+    items
+        JSON-serialisable values.
+    partitions
+        How many partitions; None for one per item.
+
+    Returns
+    -------
+    DataFrame
+        The frame.
+
+    Raises
+    ------
+    TypeError
+        An item is not JSON-serialisable.
+
+    Runs on
+    -------
+    driver
+    """
     return text_frame(spark, (json.dumps(item) for item in items), partitions)
 
 
 def map_items(spark: Any, items: Iterable[Any], func: Callable[[Any], str],
               partitions: int | None = None) -> list[str]:
-    """``func(item)`` of each item in Spark tasks, collected: the results (text) in no
-    particular order. A classic session maps an RDD (as before); a Connect session maps
-    :func:`items_frame` with ``mapInArrow``."""
+    """Run ``func(item)`` for each item in Spark tasks and collect the results, in no particular
+    order. A classic session maps an RDD; a Connect session maps :func:`items_frame` with
+    ``mapInArrow`` (so items travel as JSON there).
+
+    Parameters
+    ----------
+    spark
+        A SparkSession, classic or Connect.
+    items
+        The items (JSON-serialisable under Connect).
+    func
+        Called on an executor with one item; returns text.
+    partitions
+        How many tasks; None for one per item.
+
+    Returns
+    -------
+    list[str]
+        The results.
+
+    Raises
+    ------
+    Exception
+        Spark's error for a failed task (``func``'s error inside it).
+
+    Runs on
+    -------
+    driver (``func`` on the executors)
+    """
     if not is_connect(spark):
         values = list(items)
         rdd = spark.sparkContext.parallelize(values, max(1, partitions or len(values)))

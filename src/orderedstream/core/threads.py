@@ -1,11 +1,5 @@
 """Thread pools lent to one job at a time and kept between jobs, so a task does not start
-threads.
-
-A stage task of a small batch wrote its output with a Parquet thread and an upload thread and
-uploaded its state files with up to ``upload_concurrency`` more, all started anew for every
-Kafka partition: several thread starts per partition, each waiting on a busy worker for the
-GIL to say it started. ``lend`` hands out an idle pool of
-the same name and size, or a new one, and takes it back once its job is done.
+threads (why: docs/decisions/0023-thread-pools-kept-between-tasks.md).
 
 The borrower's contract: leaving the ``with`` block normally, every future it submitted is
 done (it waited for them); on an exception the pool is shut down (its queued jobs cancelled,
@@ -39,8 +33,28 @@ os.register_at_fork(after_in_child=_forget)
 
 @contextmanager
 def lend(name: str, workers: int = 1) -> Iterator[ThreadPoolExecutor]:
-    """A ``ThreadPoolExecutor`` of ``workers`` threads named ``orderedstream-<name>``, for
-    this ``with`` block only (see the module's contract)."""
+    """Lend a ``ThreadPoolExecutor`` of ``workers`` threads named ``orderedstream-<name>``
+    for this ``with`` block only: an idle pool of the same name and size, or a new one.
+
+    Parameters
+    ----------
+    name
+        The pool's name: pools are kept and lent again by ``(name, workers)``.
+    workers
+        The pool's thread count.
+
+    Returns
+    -------
+    Iterator[ThreadPoolExecutor]
+        Yields the pool once. Leaving the block normally keeps the pool for the next borrower
+        (up to two idle per name and size; a further one is shut down); the borrower must
+        have waited for its futures. On an exception the pool is shut down (queued jobs
+        cancelled, the running one waited for) and the exception passes on.
+
+    Runs on
+    -------
+    both (the driver's objectstore reads; the executors' output and state uploads)
+    """
     key = (name, workers)
     with _lock:
         idle = _idle.get(key)

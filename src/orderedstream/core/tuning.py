@@ -49,16 +49,52 @@ class SessionTuning(Protocol):
     code asks for it through :func:`session_tuning` and works the same without it."""
 
     def share_python_workers(self, spark: Any) -> bool:
-        """One pool of Python workers for the source's reads and the stage; True if shared."""
+        """Let the source's reads and the stage share one pool of Python workers.
+
+        Parameters
+        ----------
+        spark
+            The job's session.
+
+        Returns
+        -------
+        bool
+            True if the pool is shared.
+        """
         ...
 
     def release_planner_workers(self, spark: Any) -> list[str]:
-        """Stop Spark's idle planner workers; the worker modules released."""
+        """Stop Spark's idle planner workers.
+
+        Parameters
+        ----------
+        spark
+            The job's session.
+
+        Returns
+        -------
+        list[str]
+            The worker modules whose workers were released.
+        """
         ...
 
     def start_query(self, spark: Any, writer: Any, checkpoint: str) -> Any:
-        """``writer.start()``, the query's checkpoint on ``checkpoint``, as this session starts
-        it; the started query."""
+        """``writer.start()``, as this session starts a query.
+
+        Parameters
+        ----------
+        spark
+            The job's session.
+        writer
+            The query's ``DataStreamWriter``.
+        checkpoint
+            The query's checkpoint location.
+
+        Returns
+        -------
+        StreamingQuery
+            The started query.
+        """
         ...
 
     def batch_started(self) -> None:
@@ -70,8 +106,18 @@ _installed: SessionTuning | None = None
 
 
 def install_session_tuning(tuning: SessionTuning | None) -> None:
-    """Make ``tuning`` this process's session tuning (None: none); called by the session that
-    owns it (``orderedstream.dev.embedded_session``), never by a library."""
+    """Make ``tuning`` this process's session tuning; called by the session that owns it
+    (``orderedstream.dev.embedded_session``), never by a library.
+
+    Parameters
+    ----------
+    tuning
+        The tuning, or None for none.
+
+    Runs on
+    -------
+    driver
+    """
     global _installed
     _installed = tuning
 

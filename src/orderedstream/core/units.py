@@ -45,7 +45,32 @@ def _duration_text_ms(text: str) -> int | None:
 
 def parse_duration_ms(value: Duration, what: str = "duration", *,
                       allow_zero: bool = False) -> int:
-    """Milliseconds of ``value``; must be > 0 (>= 0 with ``allow_zero``)."""
+    """Milliseconds of a duration as users write it (see the module's forms).
+
+    Parameters
+    ----------
+    value
+        Int or float milliseconds, a ``datetime.timedelta`` or a text such as ``"1 hour"``.
+    what
+        How the error names the option.
+    allow_zero
+        Accept 0 as well as positive durations.
+
+    Returns
+    -------
+    int
+        The duration in whole milliseconds.
+
+    Raises
+    ------
+    OptionError
+        ``value`` is a bool or of another type, a text that does not parse, negative, or zero
+        without ``allow_zero``.
+
+    Runs on
+    -------
+    both
+    """
     if isinstance(value, bool):
         raise OptionError(f"{what} must be a duration, got {value!r}")
     if isinstance(value, datetime.timedelta):
@@ -69,7 +94,29 @@ def parse_duration_ms(value: Duration, what: str = "duration", *,
 
 
 def parse_size_bytes(value: int | str, what: str = "size") -> int:
-    """Bytes of ``value``: ``134217728``, ``"128MB"``, ``"128m"``, ``"1GiB"``; must be > 0."""
+    """Bytes of a size as users write it: ``134217728``, ``"128MB"``, ``"128m"``, ``"1GiB"``.
+
+    Parameters
+    ----------
+    value
+        Int bytes or a text with a binary unit (k, m, g, t, with or without ``i``/``b``).
+    what
+        How the error names the option.
+
+    Returns
+    -------
+    int
+        The size in bytes.
+
+    Raises
+    ------
+    OptionError
+        ``value`` does not parse as a size, or is not positive.
+
+    Runs on
+    -------
+    both
+    """
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
     else:

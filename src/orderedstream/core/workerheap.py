@@ -4,10 +4,9 @@ heap's free pages after a large read.
 With ``spark.python.worker.reuse`` (Spark's default) ``pyspark.daemon`` runs a full
 ``gc.collect()`` in the worker after EVERY task. The pack's worker code imports pyarrow,
 pyspark, s3fs/botocore (whose S3 service model alone is tens of thousands of dicts) and
-delta-rs, so each of those collections walks ~90k-150k long-lived objects: measured 60-170 ms
-of CPU after every task, in every process the pack's code runs in: executors' workers and the
-driver-side Data Source planner and commit processes (on a 2-core machine about 3 s of CPU per
-2M rows written by ``fenceddelta``, beside the tasks that do the work).
+delta-rs, so each of those collections walks every long-lived object again: CPU spent after
+every task in every process the pack's code runs in (executors' workers and the driver-side
+Data Source planner and commit processes), beside the tasks that do the work.
 
 ``freeze_worker_heap()`` moves the objects alive at that moment to the permanent generation
 (``gc.freeze()``, O(1)), which later collections skip. Callers invoke it where a task or call
@@ -18,7 +17,7 @@ outside a reused Spark worker (a driver or a test process, a non-daemon worker):
 user's own process is not this pack's decision.
 
 ``release_freed_memory()`` hands the C heap's free pages back to the system after a large
-Kafka range (glibc keeps what several threads freed; see its docstring).
+Kafka range (docs/decisions/0015-memory-bound-per-worker.md).
 
 Both change the whole process, so both do nothing unless ``ORDEREDSTREAM_PROCESS_TUNING=1``
 (``orderedstream.core.tuning``).
@@ -64,16 +63,25 @@ RELEASE_AFTER_RECORDS = 20_000
 
 
 def release_freed_memory() -> bool:
-    """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``); returns
-    whether it could (False where the C library has no such call).
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``).
 
-    librdkafka's fetch buffers and the Arrow batches made from them are allocated and freed
-    by several threads, and glibc keeps what they free in its arenas for reuse: a reused
-    worker that read a 250k-record range (27 MB of values) held about 100 MiB more after it,
-    and the same again after the next partition, until the next range happened to reuse it.
-    A trim walks the arenas' free chunks (0.07 ms in a small process here, more with a large
-    heap), so readers call it after large ranges only (:data:`RELEASE_AFTER_RECORDS`).
-    Without ``ORDEREDSTREAM_PROCESS_TUNING=1``: nothing, False."""
+    librdkafka's fetch buffers and the Arrow batches made from them are allocated and freed by
+    several threads, and glibc keeps what they free in its arenas for reuse: a reused worker
+    held that memory after a large range until a later range happened to reuse it. A trim walks
+    the arenas' free chunks, which costs more with a larger heap, so readers call it after large
+    ranges only (:data:`RELEASE_AFTER_RECORDS`; why:
+    docs/decisions/0015-memory-bound-per-worker.md).
+
+    Returns
+    -------
+    bool
+        Whether it trimmed: False without ``ORDEREDSTREAM_PROCESS_TUNING=1`` or where the C
+        library has no such call.
+
+    Runs on
+    -------
+    executor (the range reader)
+    """
     trim = glibc_function("malloc_trim") if process_tuning() else None
     if trim is None:
         return False
@@ -84,9 +92,24 @@ def release_freed_memory() -> bool:
 
 @functools.cache
 def glibc_function(name: str) -> Any:
-    """glibc's function ``name`` from the C library already loaded in this process, or None
-    off Linux or where the C library has none (e.g. musl's lacks ``malloc_trim``); a ctypes
-    function, shared by its callers."""
+    """glibc's function ``name`` from the C library already loaded in this process (a ctypes
+    function, cached and shared by its callers).
+
+    Parameters
+    ----------
+    name
+        The C function's name, e.g. ``"malloc_trim"``.
+
+    Returns
+    -------
+    Any
+        The ctypes function, or None off Linux or where the C library has none (e.g. musl's
+        lacks ``malloc_trim``).
+
+    Runs on
+    -------
+    both
+    """
     if not sys.platform.startswith("linux"):
         return None
     try:
