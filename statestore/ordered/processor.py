@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 from orderedstream.core.commitlog import CommitLog, CommitRecord, Epoch
 from orderedstream.core.errors import (
-    CorruptStateError,
     OptionError,
     OrderedStreamError,
     StateNotFoundError,
@@ -35,7 +34,6 @@ from orderedstream.sinks.deltalog import DeltaBatchLog, DeltaOutput, check_no_ot
 from orderedstream.sinks.options import FencedParquetOptions
 from orderedstream.sinks.table import FencedTable
 from orderedstream.statestore.ordered.batch import BatchResult, finish_batch
-from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, decode_key
 from orderedstream.statestore.ordered.maintenance import StateCleanups
 from orderedstream.statestore.ordered.options import OrderedOptions, to_arrow_schema
 from orderedstream.statestore.ordered.output import batch_output_df
@@ -46,7 +44,6 @@ from orderedstream.statestore.ordered.plan import (
     PartitionCommit,
     bases_from_extra,
     partition_id,
-    split_partition_id,
 )
 from orderedstream.statestore.ordered.precheck import (
     check_buckets,
@@ -60,7 +57,7 @@ from orderedstream.statestore.ordered.retention import (
     RetentionResult,
 )
 from orderedstream.statestore.ordered.runner import COMMIT_SCHEMA, OrderedTask, UserFunction
-from orderedstream.statestore.ordered.state_access import open_store
+from orderedstream.statestore.ordered.state_access import read_state
 from orderedstream.statestore.ordered.state_access import store_options as state_store_options
 from orderedstream.statestore.ordered.timeouts import NoTimeout, Timeout
 
@@ -423,47 +420,3 @@ class OrderedStateful:
 def _commit_ddl() -> str:
     return ", ".join(f"{f.name} string" for f in COMMIT_SCHEMA)
 
-
-def read_state(options: OrderedOptions, base: PartitionBase, pid: str,
-               ) -> Iterator[tuple[Any, Any]]:
-    """Every key of one Kafka partition's state at a committed version, from a private
-    read-only copy (works beside a running query).
-
-    Parameters
-    ----------
-    options
-        The stage's options (state location and store options).
-    base
-        The committed state (version and manifest) to read.
-    pid
-        The Kafka partition's id, ``<topic>/<partition>``.
-
-    Returns
-    -------
-    Iterator[tuple[Any, Any]]
-        ``(key, value)`` pairs; none for an empty base.
-
-    Raises
-    ------
-    CorruptStateError
-        The version's files are gone (older than retention keeps) or damaged.
-
-    Runs on
-    -------
-    both"""
-    from orderedstream.statestore.base import EMPTY_VERSION
-
-    if base.version == EMPTY_VERSION or base.manifest is None:
-        return
-    topic, number = split_partition_id(pid)
-    store = open_store(options, topic, {(number, base.version): base.manifest})
-    try:
-        part = store.open_read_only(number, base.version)
-    except CorruptStateError as exc:
-        raise CorruptStateError(
-            f"{exc} (state version {base.version} of Kafka {pid}: state of batches older "
-            "than the last keep_batches commit records is deleted by retention)"
-        ) from exc
-    with part:
-        for key, (value, _timeout) in part.range(space=STATE_SPACE):
-            yield decode_key(key), value

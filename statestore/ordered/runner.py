@@ -1,9 +1,5 @@
-"""The ordered stage's task body (executor side): Kafka partitions in offset order, with state.
-
-Nothing scales with a partition's size in memory: input comes as Spark's Arrow batches (or
-bounded reads of a range), state keeps at most ``max_cached_keys`` decoded entries, output at
-most ``output_batch_rows`` rows before they go to the writer.
-"""
+"""The ordered stage's task body (executor side): Kafka partitions in offset order, with state,
+in memory bounded by ``max_cached_keys`` decoded entries and ``output_batch_rows`` rows."""
 
 from __future__ import annotations
 
@@ -105,9 +101,7 @@ class _Runs:
 
 class PartitionRun:
     """Processes one Kafka partition's slices of one batch against its open state (executor;
-    also the driver's process in a replay, ``ordered.replay``, on a private state copy: keep
-    ``PartitionRun(options, func, plan, pid, base, table).outputs(slices)`` and its counters
-    working)."""
+    the driver in a replay, on a private state copy)."""
 
     def __init__(self, options: OrderedOptions, func: UserFunction, plan: BatchPlan,
                  pid: str, base: PartitionBase, table: KeyedStateTable) -> None:
@@ -134,12 +128,9 @@ class PartitionRun:
         """The event-time watermark (largest event time seen minus the delay, epoch ms), or None."""
         return None if self.max_event_ms is None else self.max_event_ms - self.delay_ms
 
-    # ---- the record loop ---------------------------------------------------------------
     def outputs(self, slices: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Arrow batches of output rows (bounded), after the state has absorbed every call.
-
-        The function is called once per record in offset order, then once per key whose timeout
-        passed; the counters (``records``, ``output_rows``, ``timeouts``, offsets) follow.
+        """Arrow batches of output rows (bounded): the function called once per record in
+        offset order, then once per key whose timeout passed.
 
         Parameters
         ----------
@@ -206,7 +197,7 @@ class PartitionRun:
                 seen = _event_ms(piece.column(options.timeout.column))  # type: ignore[union-attr]
                 if seen is not None and (self.max_event_ms is None or seen > self.max_event_ms):
                     self.max_event_ms = seen
-        # ---- timeouts: once per batch, after the records ------------------------------
+        # timeouts: once per batch, after the records
         threshold = (self.plan.processing_time_ms if processing
                      else self.watermark_ms() if self.kind == "event" else None)
         if threshold is not None:
@@ -331,8 +322,7 @@ class OrderedTask:
                                                  schema=COMMIT_SCHEMA)
 
     def ranges(self, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, Any, Any]]:
-        """``(partition id, range, reader options)`` of each range the ``emit = ranges`` rows
-        describe, the secrets put back.
+        """``(partition id, range, reader options)`` of each range the input rows describe.
 
         Parameters
         ----------
@@ -356,9 +346,8 @@ class OrderedTask:
                 yield pid, rng, reader_options
 
     def range_slices(self, rng: Any, reader_options: Any) -> Iterator[pa.RecordBatch] | None:
-        """One described Kafka range read here (the same batches and checks as the source's
-        records mode), its input columns checked and narrowed to ``columns``; None when the
-        range holds no record.
+        """One described Kafka range read here, its columns checked and narrowed; None when
+        the range holds no record.
 
         Parameters
         ----------
@@ -393,12 +382,8 @@ class OrderedTask:
         return self.run_partition(pid, iter(()))
 
     def run_partition(self, pid: str, slices: Iterable[pa.RecordBatch]) -> PartitionCommit:
-        """Process one Kafka partition's records of this batch and prepare its commit.
-
-        Opens the state at the version the plan names (local copy or restore), runs
-        :class:`PartitionRun` (the function called by one thread at a time), streams the rows
-        into the Parquet writer and prepares the state candidate for version ``batch_id`` (an
-        attempt-unique manifest), which the driver publishes in the commit record.
+        """Process one Kafka partition's records of this batch and prepare its commit: the
+        state opened at the plan's version, the rows written, the state candidate prepared.
 
         Parameters
         ----------

@@ -8,16 +8,16 @@ from that record: opening a partition costs no lookup at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from orderedstream.core.errors import CommitConflictError, OptionError
+from orderedstream.core.errors import CommitConflictError, CorruptStateError, OptionError
 from orderedstream.statestore.base import EMPTY_VERSION, CommitCandidate, StatePartition
 from orderedstream.statestore.codecs import BytesCodec, PickleCodec
 from orderedstream.statestore.options import StateLocation, StateStoreOptions
-from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, TIMEOUT_SPACE
+from orderedstream.statestore.ordered.keyed_state import STATE_SPACE, TIMEOUT_SPACE, decode_key
 from orderedstream.statestore.ordered.options import OrderedOptions
-from orderedstream.statestore.ordered.plan import PartitionBase
+from orderedstream.statestore.ordered.plan import PartitionBase, split_partition_id
 
 
 class RecordVersionIndex:
@@ -249,3 +249,46 @@ def open_partition(options: OrderedOptions, topic: str, partition: int, base: Pa
         manifests[(partition, base.version)] = base.manifest
     store = open_store(options, topic, manifests)
     return store, store.open(partition, base.version, writer=writer)
+
+
+def read_state(options: OrderedOptions, base: PartitionBase, pid: str,
+               ) -> Iterator[tuple[Any, Any]]:
+    """Every key of one Kafka partition's state at a committed version, from a private
+    read-only copy (works beside a running query).
+
+    Parameters
+    ----------
+    options
+        The stage's options (state location and store options).
+    base
+        The committed state (version and manifest) to read.
+    pid
+        The Kafka partition's id, ``<topic>/<partition>``.
+
+    Returns
+    -------
+    Iterator[tuple[Any, Any]]
+        ``(key, value)`` pairs; none for an empty base.
+
+    Raises
+    ------
+    CorruptStateError
+        The version's files are gone (older than retention keeps) or damaged.
+
+    Runs on
+    -------
+    both"""
+    if base.version == EMPTY_VERSION or base.manifest is None:
+        return
+    topic, number = split_partition_id(pid)
+    store = open_store(options, topic, {(number, base.version): base.manifest})
+    try:
+        part = store.open_read_only(number, base.version)
+    except CorruptStateError as exc:
+        raise CorruptStateError(
+            f"{exc} (state version {base.version} of Kafka {pid}: state of batches older "
+            "than the last keep_batches commit records is deleted by retention)"
+        ) from exc
+    with part:
+        for key, (value, _timeout) in part.range(space=STATE_SPACE):
+            yield decode_key(key), value

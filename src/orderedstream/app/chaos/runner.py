@@ -1,14 +1,9 @@
 """The chaos run: the main job under kills and faults, then a verification against Kafka.
 
-The job runs as its own process (``orderedstream run``); one fault at a time, at a random
-moment: ``kill_driver`` (SIGKILL its process group), ``kill_worker`` (a Spark Python worker),
-``kill_broker`` (Kafka, restarted on its data), ``stop_s3`` (SeaweedFS, for a few seconds),
-``s3_faults`` (the S3 proxy answers 503/500, stalls, drops requests and responses for a while),
-``kill_spark_worker`` (``--cluster``: a standalone worker and its executor, restarted later).
-A killed job restarts from its checkpoint; the time to its next committed batch is a recovery
-time. At the end the job drains Kafka (Trigger.AvailableNow) and the output is compared with
-the topics.
-"""
+The job runs as its own process (``orderedstream run``); one fault at a time, at random:
+``kill_driver``, ``kill_worker`` (a Spark Python worker), ``kill_broker``, ``stop_s3``,
+``s3_faults`` (503/500, stalls, drops), ``kill_spark_worker`` (``--cluster``). A killed job
+restarts from its checkpoint; at the end it drains Kafka and checks the output with Kafka."""
 
 from __future__ import annotations
 
@@ -80,7 +75,6 @@ class ChaosRun:
         self.recoveries: list[float] = []
         self.opts: JobOptions | None = None
 
-    # ---- services and the job process -------------------------------------------------------
     def _log_commits(self) -> Any:
         assert self.opts is not None
         if self.opts.output_format == "delta":
@@ -199,7 +193,6 @@ class ChaosRun:
         raise RuntimeError(f"the job committed no batch for {self.batch_timeout:.0f}s (a start "
                            f"and its first batch; --batch-timeout); see {self.workdir}/job.log")
 
-    # ---- faults --------------------------------------------------------------------------------
     def inject(self, fault: str) -> None:
         """Inject ``fault`` at a random moment of the running batch and count it.
 
@@ -266,7 +259,6 @@ class ChaosRun:
         children = [p for p in found if p.ppid() in {q.pid for q in found}]
         return children or found
 
-    # ---- data keeps flowing while faults happen ------------------------------------------------
     _stop_producing = threading.Event()
     _producer_error: BaseException | None = None
 
@@ -310,7 +302,6 @@ class ChaosRun:
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._producer_error = exc
 
-    # ---- the run -----------------------------------------------------------------------------
     def run(self) -> ChaosReport:
         """Run the job under the fault schedule while data flows, then drain and verify.
 
@@ -422,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        The exit code: 0 when the report is OK, 1 otherwise."""
+        0 when the report is OK, 1 otherwise."""
     import argparse
     import tempfile
 
