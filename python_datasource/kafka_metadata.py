@@ -110,8 +110,34 @@ class KafkaMetadata:
         return infos
 
     def describe(self, names: Iterable[str]) -> dict[str, TopicInfo]:
-        """Topic id and partitions of each existing topic in ``names`` (internal topics are
-        skipped, as a Java consumer's pattern subscription does)."""
+        """Topic id and partitions of each existing topic in ``names`` (internal topics are skipped,
+        as a Java consumer's pattern subscription does; missing ones are absent).
+
+        Parameters
+        ----------
+        names
+            The topics' names.
+
+        Returns
+        -------
+        dict[str, TopicInfo]
+            Topic name -> what it holds now.
+
+        Raises
+        ------
+        KafkaUnavailableError
+            The cluster did not answer within ``brokerTimeoutMs``.
+        KafkaAuthenticationError
+            The cluster refused the client's login.
+        KafkaException
+            A fatal librdkafka error, raised as it is.
+        OptionError
+            The admin client refused a ``kafka.*`` setting.
+
+        Runs on
+        -------
+        driver
+        """
         from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
         names = sorted(set(names))
@@ -163,21 +189,98 @@ class KafkaMetadata:
         return self._retry(what, call)
 
     def earliest(self, tps: Iterable[TP]) -> dict[TP, int]:
-        """Log start offset per partition (partitions that no longer exist are absent)."""
+        """Log start offset per partition.
+
+        Parameters
+        ----------
+        tps
+            The (topic, partition) pairs.
+
+        Returns
+        -------
+        dict[tuple[str, int], int]
+            The offsets; partitions that no longer exist are absent.
+
+        Raises
+        ------
+        KafkaUnavailableError
+            The cluster did not answer within ``brokerTimeoutMs``.
+        KafkaAuthenticationError
+            The cluster refused the client's login.
+        KafkaException
+            A fatal librdkafka error, raised as it is.
+        OptionError
+            The admin client refused a ``kafka.*`` setting.
+
+        Runs on
+        -------
+        driver
+        """
         from confluent_kafka.admin import OffsetSpec
 
         return self._list_offsets({tp: OffsetSpec.earliest() for tp in tps}, "earliest offsets")
 
     def latest(self, tps: Iterable[TP]) -> dict[TP, int]:
-        """Next offset to be written per partition: the high watermark, or under
-        read_committed the last stable offset (open transactions are not readable yet)."""
+        """Next offset to be written per partition: the high watermark, or under read_committed the
+        last stable offset (open transactions are not readable yet).
+
+        Parameters
+        ----------
+        tps
+            The (topic, partition) pairs.
+
+        Returns
+        -------
+        dict[tuple[str, int], int]
+            The offsets; partitions that no longer exist are absent.
+
+        Raises
+        ------
+        KafkaUnavailableError
+            The cluster did not answer within ``brokerTimeoutMs``.
+        KafkaAuthenticationError
+            The cluster refused the client's login.
+        KafkaException
+            A fatal librdkafka error, raised as it is.
+        OptionError
+            The admin client refused a ``kafka.*`` setting.
+
+        Runs on
+        -------
+        driver
+        """
         from confluent_kafka.admin import OffsetSpec
 
         return self._list_offsets({tp: OffsetSpec.latest() for tp in tps}, "latest offsets")
 
     def for_timestamps(self, tps: Mapping[TP, int]) -> dict[TP, int | None]:
-        """First offset whose timestamp is >= the given epoch millis; None when no record is
-        that recent."""
+        """First offset per partition whose record timestamp is at or after the given one.
+
+        Parameters
+        ----------
+        tps
+            (topic, partition) -> epoch milliseconds.
+
+        Returns
+        -------
+        dict[tuple[str, int], int | None]
+            The offsets, None where no record is that recent (or the partition is gone).
+
+        Raises
+        ------
+        KafkaUnavailableError
+            The cluster did not answer within ``brokerTimeoutMs``.
+        KafkaAuthenticationError
+            The cluster refused the client's login.
+        KafkaException
+            A fatal librdkafka error, raised as it is.
+        OptionError
+            The admin client refused a ``kafka.*`` setting.
+
+        Runs on
+        -------
+        driver
+        """
         from confluent_kafka.admin import OffsetSpec
 
         found = self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in tps.items()},
@@ -185,7 +288,31 @@ class KafkaMetadata:
         return {tp: (found[tp] if found.get(tp, -1) >= 0 else None) for tp in tps}
 
     def commit_group_offsets(self, group: str, offsets: Mapping[TP, int]) -> None:
-        """Publish processed offsets to ``group`` so Kafka's lag tools see progress."""
+        """Publish processed offsets to consumer group ``group`` (so Kafka's lag tools see
+        progress); a partition the broker refuses is retried as an unanswered call.
+
+        Parameters
+        ----------
+        group
+            The consumer group's id.
+        offsets
+            (topic, partition) -> the next offset to process; nothing is sent when empty.
+
+        Raises
+        ------
+        KafkaUnavailableError
+            The cluster did not answer within ``brokerTimeoutMs``.
+        KafkaAuthenticationError
+            The cluster refused the client's login.
+        KafkaException
+            A fatal librdkafka error, raised as it is.
+        OptionError
+            The admin client refused a ``kafka.*`` setting.
+
+        Runs on
+        -------
+        driver
+        """
         from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
         if not offsets:
@@ -208,11 +335,41 @@ class KafkaMetadata:
 def resolve_spec(metadata: KafkaMetadata, spec: StartSpec, tps: list[TP],
                  earliest: Mapping[TP, int], latest: Mapping[TP, int],
                  timestamp_strategy: str = "error") -> dict[TP, int]:
-    """Turn a starting/ending option (``StartSpec``) into one offset per partition in ``tps``.
+    """Turn a starting or ending option (``StartSpec``) into one offset per partition in ``tps``.
 
     JSON offsets must name exactly the partitions the subscription has (Spark's rule); -2/-1
     mean earliest/latest. A timestamp with no record at or after it fails under strategy
-    'error' and means latest under 'latest'.
+    ``error`` and means latest under ``latest``.
+
+    Parameters
+    ----------
+    metadata
+        The source's metadata client (asked only for timestamps).
+    spec
+        The parsed option.
+    tps
+        The subscription's partitions.
+    earliest, latest
+        Each partition's earliest and latest offsets.
+    timestamp_strategy
+        ``error`` or ``latest`` (``startingOffsetsByTimestampStrategy``).
+
+    Returns
+    -------
+    dict[tuple[str, int], int]
+        The offset of each partition.
+
+    Raises
+    ------
+    OptionError
+        JSON offsets or timestamps do not name every partition, or a timestamp has no record
+        under strategy ``error``.
+    KafkaUnavailableError
+        The timestamp look-up got no answer within ``brokerTimeoutMs``.
+
+    Runs on
+    -------
+    driver
     """
     if spec.kind == "earliest":
         return {tp: earliest[tp] for tp in tps}

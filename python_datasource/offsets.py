@@ -51,7 +51,29 @@ class KafkaSourceOffset:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> KafkaSourceOffset:
-        """Parse what :meth:`to_json` produced (from Spark or a checkpoint)."""
+        """Parse what :meth:`to_json` produced (from Spark or a checkpoint).
+
+        Parameters
+        ----------
+        raw
+            The offset's JSON object, parsed.
+
+        Returns
+        -------
+        KafkaSourceOffset
+            The offset.
+
+        Raises
+        ------
+        OptionError
+            ``raw`` is not an object with ``offsets``.
+        ValueError
+            A partition or offset is not an integer.
+
+        Runs on
+        -------
+        driver
+        """
         if not isinstance(raw, Mapping) or "offsets" not in raw:
             raise OptionError(f"not an orderedkafka offset (expected an object with 'offsets', "
                               f"'topicIds'): {str(raw)[:200]}")
@@ -66,7 +88,19 @@ class KafkaSourceOffset:
         return {(t, p) for t, parts in self.offsets.items() for p in parts}
 
     def get(self, topic: str, partition: int) -> int | None:
-        """Next offset of ``topic``-``partition``, or None when not tracked."""
+        """Next offset of ``topic``-``partition``, or None when not tracked.
+
+        Parameters
+        ----------
+        topic
+            The topic.
+        partition
+            The partition number.
+
+        Runs on
+        -------
+        driver
+        """
         return self.offsets.get(topic, {}).get(partition)
 
     def total(self) -> int:

@@ -1,13 +1,9 @@
 """Spark's string options for ``orderedkafka``, parsed once into a frozen, validated dataclass.
 
-Option names and meanings follow Spark's Kafka source (spark-sql-kafka-0-10); a few options of
-our own (``integrity``, ``topicDiscoveryIntervalMs``, ``commitOffsetsToGroup``,
-``brokerTimeoutMs``, ``arrowBatchMaxRecords``, ``arrowBatchMaxBytes``, ``emit``,
-``rangePartitions``, ``reader``,
-``kafkaConsumer.cacheCapacity``, ``kafkaConsumer.cacheTimeoutMs``) are added.
-Every error names the option and what it accepts. ``kafka.*`` client settings are translated by
-``client_config``, which also keeps their secret values apart (never in ``repr``). The parsed
-object is plain data: Spark pickles it to executors.
+Option names and meanings follow Spark's Kafka source (spark-sql-kafka-0-10), with a few of
+our own. Every error names the option and what it accepts. ``kafka.*`` client settings are
+translated by ``client_config``, which keeps their secret values apart (never in ``repr``).
+Parsed on the driver; the parsed object is plain data that Spark pickles to executors.
 """
 
 from __future__ import annotations
@@ -55,9 +51,8 @@ class StartSpec:
     """Where reading begins (or, for ``endingOffsets``, ends) per topic-partition.
 
     ``kind`` earliest/latest apply to every partition; ``offsets`` maps topic -> partition ->
-    offset (-2 earliest, -1 latest); ``timestamp`` applies ``timestamp_ms`` to every partition;
-    ``timestamps`` maps topic -> partition -> epoch millis.
-    """
+    offset (-2 earliest, -1 latest); ``timestamp`` applies ``timestamp_ms`` to every
+    partition; ``timestamps`` maps topic -> partition -> epoch millis."""
 
     kind: StartKind
     offsets: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
@@ -99,8 +94,7 @@ class OrderedKafkaOptions:
     arrow_batch_max_records: int = 10_000
     arrow_batch_max_bytes: int = 16 * 1024 * 1024
     reader: Literal["native", "python", "auto"] = "auto"
-    """``native``: the Rust/librdkafka reader (``orderedstream._kafka_native``); ``python``:
-    confluent-kafka; ``auto``: native when the extension loads, else python (logged once)."""
+    """``native`` (the Rust reader), ``python`` (confluent-kafka) or ``auto`` (native if built)."""
     consumer_cache_capacity: int = 16
     """Idle Kafka consumers a Python worker keeps for the next batches (0: none)."""
     consumer_cache_timeout_ms: int = 5 * 60_000
@@ -110,8 +104,8 @@ class OrderedKafkaOptions:
     DataFrame in its own Python worker (``OrderedStateful``), with no JVM hop per record."""
     range_partitions: int | None = None
     """``emit = ranges`` only: the batch's range rows in at most this many input partitions
-    (contiguous groups, in planning order) instead of one per range, so describing a batch
-    costs that many Spark tasks, not one per Kafka partition; None: one per range."""
+    (contiguous groups, in planning order), so describing a batch costs that many Spark tasks;
+    None: one per range."""
 
     def __post_init__(self) -> None:
         leaked = sorted(name for name in self.kafka_params if is_secret(name))
@@ -125,7 +119,13 @@ class OrderedKafkaOptions:
         return self.kafka_params.get("isolation.level", "read_uncommitted") == "read_committed"
 
     def matches(self, topic: str) -> bool:
-        """Whether ``topic`` belongs to this query's subscription."""
+        """Whether ``topic`` belongs to this query's subscription (its list, assignment or pattern).
+
+        Parameters
+        ----------
+        topic
+            A topic name.
+        """
         if self.strategy == "subscribe":
             return topic in self.topics
         if self.strategy == "assign":
@@ -147,8 +147,14 @@ class OrderedKafkaOptions:
         return replace(self, secrets=self.secrets.without_values())
 
     def with_secrets(self, given: KafkaSecrets) -> OrderedKafkaOptions:
-        """A copy with dropped secrets restored from ``given``; OptionError naming the
-        ``kafka.*`` options ``given`` lacks (names only, never values)."""
+        """A copy with dropped secrets restored from ``given`` (itself when none were dropped);
+        ``OptionError`` naming the ``kafka.*`` options ``given`` lacks (names only, never values).
+
+        Parameters
+        ----------
+        given
+            The secrets the reading side was handed (``OrderedStateful(kafka_options=...)``).
+        """
         if not self.secrets.dropped:
             return self
         return replace(self, secrets=self.secrets.restored(given))
@@ -274,9 +280,14 @@ def _batch_range(opts: Mapping[str, str], starting: StartSpec,
 
 
 def unknown_option_message(key: str) -> str:
-    """What an unknown ``orderedkafka`` option is told: a Kafka client setting without its
-    ``kafka.`` prefix (a dotted name, e.g. ``bootstrap.servers``) is told the prefixed name,
-    a misspelled source option the closest one (difflib); then what is accepted."""
+    """What an unknown ``orderedkafka`` option is told: a dotted name its ``kafka.``-prefixed
+    form, a misspelled source option the closest one (difflib); then what is accepted.
+
+    Parameters
+    ----------
+    key
+        The unknown option, lower-cased.
+    """
     close = difflib.get_close_matches(key, list(_SOURCE_OPTIONS), n=1, cutoff=0.75)
     if close:
         hint = f" (did you mean '{_SOURCE_OPTIONS[close[0]]}'?)"
@@ -290,10 +301,22 @@ def unknown_option_message(key: str) -> str:
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> OrderedKafkaOptions:
-    """Validate Spark's case-insensitive options once; raise :class:`OptionError` naming the
-    option and what it accepts. ``streaming`` selects stream (True) or batch (False) defaults
-    and rules; None checks only what both modes share (``load()``, where Spark does not say
-    which mode it is) and returns stream defaults."""
+    """Validate Spark's case-insensitive options once into :class:`OrderedKafkaOptions`
+    (with a new consumer group id unless ``kafka.group.id`` is given).
+
+    Parameters
+    ----------
+    options
+        The reader's options as Spark passes them (strings; None values ignored).
+    streaming
+        Stream (True) or batch (False) defaults and rules; None checks only what both modes
+        share (``load()``, where Spark does not say which) and gives stream defaults.
+
+    Raises
+    ------
+    OptionError
+        An option is unknown, malformed or conflicts with another, naming it and what it accepts.
+    """
     opts = {str(k).lower(): v for k, v in options.items() if v is not None}
     for key in opts:  # Spark's option names are case-insensitive: shown lower-cased
         if key.startswith("kafka.") or key in _SOURCE_OPTIONS or key == "path":
