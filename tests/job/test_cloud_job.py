@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from orderedstream.app.job.demo import run_demo
 from orderedstream.app.job.generator import GeneratorOptions
 from orderedstream.sinks.deltalog import open_batch_log, table_format
@@ -100,7 +98,6 @@ def test_job_keeps_state_and_delta_output_on_azure(azurite, spark, kafka, tmp_pa
                            str(tmp_path / "checkpoint"), tmp_path, "--azure-endpoint")
 
 
-@pytest.mark.slow  # the Azure case covers the job, replay and rocksstate paths in CI
 def test_job_keeps_state_and_fenced_parquet_output_on_gcs(gcs, spark, kafka, tmp_path: Path
                                                           ) -> None:
     """State and fenced Parquet output on gs:// (Delta output is refused there: the emulator
@@ -114,3 +111,20 @@ def test_job_keeps_state_and_fenced_parquet_output_on_gcs(gcs, spark, kafka, tmp
     assert table_format(result.output, gcs.storage_options) == "parquet"
     _replay_and_read_state(spark, kafka.bootstrap, gcs, result.output, f"{base}/state",
                            str(tmp_path / "checkpoint"), tmp_path, "--gcs-endpoint")
+    # maintenance: the sink commands serve the fenced Parquet table on gs://; the Delta ones
+    # (`table`) refuse it, naming the URL and the commands that fit
+    endpoint = ["--gcs-endpoint", gcs.endpoint]
+    verified = _cli("sink", "verify", result.output, *endpoint)
+    assert verified.returncode == 0 and verified.stdout.splitlines()[-1] == "OK", verified
+    batches = _cli("sink", "batches", result.output, *endpoint)
+    assert batches.returncode == 0 and len(batches.stdout.splitlines()) > result.batches
+    refused = _cli("table", "history", result.output, *endpoint)
+    assert refused.returncode == 2 and not refused.stdout
+    assert refused.stderr.startswith(f"orderedstream: OptionError: {result.output} is not a "
+                                     "Delta table"), refused.stderr
+    assert "'orderedstream sink ...'" in refused.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orderedstream.app.cli", *args],
+                          capture_output=True, text=True, timeout=300)
