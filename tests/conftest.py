@@ -31,9 +31,6 @@ from tests.fixtures import (  # noqa: F401
 )
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-# gcsfs's experimental zonal-bucket support probes each bucket over gRPC (TLS), which the GCS
-# emulator does not serve: a minute per bucket. Set before gcsfs is imported (docs/storage.md).
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 # Azure credentials come from the environment, in the tests as in production: Azurite's
 # well-known development account, set before any Spark JVM (and so its Python workers) starts.
 os.environ["AZURE_STORAGE_ACCOUNT_NAME"] = "devstoreaccount1"

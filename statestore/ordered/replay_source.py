@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from orderedstream.core.errors import DataLossError, OptionError, StateNotFoundError
-from orderedstream.core.storage import fs_options, options_for
+from orderedstream.core.storage import options_for, url_to_fs
 from orderedstream.python_datasource.offsets import KafkaSourceOffset
 from orderedstream.python_datasource.options import parse_options
 from orderedstream.python_datasource.planning import OffsetRange
@@ -37,11 +37,8 @@ class BatchRange:
 def _source_offsets(checkpoint: str, batch_id: int,
                     storage_options: Mapping[str, Any]) -> list[KafkaSourceOffset] | None:
     """The orderedkafka offsets of ``<checkpoint>/offsets/<batch_id>`` (None: no such file)."""
-    import fsspec
-
     url = checkpoint.rstrip("/") + f"/offsets/{batch_id}"
-    fs, path = fsspec.core.url_to_fs(
-        url, **fs_options(url, options_for(checkpoint, storage_options)))
+    fs, path = url_to_fs(url, options_for(checkpoint, storage_options))
     if not fs.exists(path):
         return None
     with fs.open(path, "rt") as handle:

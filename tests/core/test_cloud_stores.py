@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pytest
 
 from orderedstream.core import storage
@@ -28,7 +27,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str
 
 
 def _fs(url: str, options: dict[str, Any]) -> tuple[Any, str]:
-    fs, root = fsspec.core.url_to_fs(url, **storage.fs_options(url, options))
+    fs, root = storage.url_to_fs(url, options)
     return fs, root.rstrip("/")
 
 

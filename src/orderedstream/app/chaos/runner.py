@@ -89,8 +89,8 @@ class ChaosRun:
         """The job's credentials and settings for its store, through the environment."""
         if isinstance(self.cloud, AzuriteServer):
             return self.cloud.azure_env()
-        if self.cloud is not None:  # gcsfs's zonal-bucket probe: docs/storage.md
-            return {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+        if self.cloud is not None:  # the GCS emulator: an http:// endpoint, no credentials
+            return {}
         return self.s3.aws_env()
 
     def _endpoint_args(self) -> list[str]:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from orderedstream.app.job.figures import FigureTracker
 from orderedstream.app.job.generator import GeneratorOptions, GeneratorStats, generate
@@ -77,8 +77,9 @@ def verify_output(processor: Any, opts: JobOptions,
 def run_demo(spark: Any, bootstrap: str, storage_options: dict[str, Any], base_url: str,
              workdir: Path, gen: GeneratorOptions, create_topic: Callable[[str, int], None],
              out: Callable[[str], None] = print, max_offsets_per_trigger: int = 50_000, *,
-             output: str | None = None, view: ProgressView | None = None,
-             tracker: FigureTracker | None = None) -> DemoResult:
+             output: str | None = None, output_format: Literal["delta", "parquet"] = "delta",
+             view: ProgressView | None = None, tracker: FigureTracker | None = None,
+             ) -> DemoResult:
     """Generate, run the job until caught up, stop it, verify; returns the verdict.
 
     ``output`` (default ``<base_url>/output``) may be a local folder: the demo keeps its table
@@ -108,6 +109,8 @@ def run_demo(spark: Any, bootstrap: str, storage_options: dict[str, Any], base_u
         Kafka records per batch at most.
     output
         The output table's location; None: ``<base_url>/output``.
+    output_format
+        ``JobOptions.output_format``: ``delta``, or ``parquet`` (fenced Parquet output).
     view, tracker
         The progress view and the figures' tracker; None: new ones.
 
@@ -128,7 +131,8 @@ def run_demo(spark: Any, bootstrap: str, storage_options: dict[str, Any], base_u
                       state_location=f"{base_url}/state",
                       checkpoint=str(workdir / "checkpoint"),
                       topic_pattern=f"{gen.prefix}-.*", storage_options=storage_options,
-                      max_offsets_per_trigger=max_offsets_per_trigger)
+                      max_offsets_per_trigger=max_offsets_per_trigger,
+                      output_format=output_format)
     began = time.monotonic()
     stats_box: dict[str, GeneratorStats] = {}
     errors: list[BaseException] = []
