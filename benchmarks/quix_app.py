@@ -9,6 +9,9 @@ One process, exactly-once (Kafka transactions), RocksDB state with changelog top
 defaults), Parquet files on local disk (``LocalFileSink``). Rows carry every output field
 (missing ones None) because Quix's Parquet format infers each file's schema from its rows.
 Writes a JSON result: records, seconds (``app.run`` minus its idle timeout), last record time.
+With ``flush_log`` in the parameters (the ``steady`` case) it runs until SIGTERM, commits every
+``commit_interval`` seconds and appends one JSON line per sink flush: when the flush ended and
+each partition's end offset it wrote (when those records became visible).
 """
 
 from __future__ import annotations
@@ -57,6 +60,23 @@ class QuixGroupState:
         pass
 
 
+class FlushLoggingSink(LocalFileSink):
+    """``LocalFileSink`` that appends ``{"t": epoch seconds, "ends": [[topic, partition,
+    end offset], ...]}`` to ``log`` after each flush (Quix flushes its sinks at a commit)."""
+
+    def __init__(self, log: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._log = open(log, "a")  # noqa: SIM115 - open for the process's life
+
+    def flush(self) -> None:
+        ends = [[t, p, max(item.offset for item in batch) + 1]
+                for (t, p), batch in self._batches.items() if batch.size]
+        super().flush()
+        if ends:
+            self._log.write(json.dumps({"t": time.time(), "ends": ends}) + "\n")
+            self._log.flush()
+
+
 def main() -> None:
     params = json.loads(Path(sys.argv[1]).read_text())
     logic = SessionLogic(params["snapshot_every"], params["idle_timeout"])
@@ -77,18 +97,25 @@ def main() -> None:
             seen["last"] = time.perf_counter()
         return rows
 
+    steady = "flush_log" in params
     app = Application(broker_address=params["bootstrap"], consumer_group=params["group"],
                       auto_offset_reset="earliest", processing_guarantee="exactly-once",
-                      state_dir=params["state_dir"], loglevel="WARNING")
-    sink = LocalFileSink(directory=params["output_dir"], format="parquet")
+                      state_dir=params["state_dir"], loglevel="WARNING",
+                      commit_interval=float(params.get("commit_interval", 5.0)))
+    sink = (FlushLoggingSink(params["flush_log"], directory=params["output_dir"],
+                             format="parquet") if steady
+            else LocalFileSink(directory=params["output_dir"], format="parquet"))
     for name in params["topics"]:
         topic = app.topic(name, key_deserializer="bytes", value_deserializer="bytes")
         sdf = app.dataframe(topic)
         sdf = sdf.apply(sessions, stateful=True, expand=True, metadata=True)
         sdf.sink(sink)
-    idle = float(params["idle_s"])
+    idle = 0.0 if steady else float(params["idle_s"])
     started = time.perf_counter()
-    app.run(timeout=idle)
+    if steady:
+        app.run()  # until SIGTERM (Quix stops gracefully: a last commit)
+    else:
+        app.run(timeout=idle)
     ended = time.perf_counter()
     Path(params["result"]).write_text(json.dumps({
         "records": seen["n"], "seconds": ended - started - idle,

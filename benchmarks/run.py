@@ -25,7 +25,10 @@ from benchmarks.report import write_report
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {"records": 20_000, "partitions": 4, "keys": 20_000, "rows": 20_000,
              "e2e_records": 3_000, "e2e_batches": 3, "yahoo_events": 20_000,
-             "yahoo_batches": 3, "scale_records": 4_000, "scale_points": 2},
+             "yahoo_batches": 3, "scale_records": 4_000, "scale_points": 2,
+             "steady_window_s": 20, "steady_warmup_s": 5, "steady_step_s": 12,
+             "steady_ramp_steps": 2, "steady_ramp_start": 300, "steady_intervals": 1,
+             "steady_scale_records": 2_000},
     "default": {"records": 2_000_000, "partitions": 8, "keys": 1_000_000, "rows": 2_000_000,
                 "e2e_records": 100_000, "e2e_batches": 8, "ordered_records": 1_000_000,
                 "yahoo_events": 500_000, "yahoo_batches": 8, "scale_records": 200_000,
@@ -78,10 +81,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="peer case: the main job in the embedded session (default), in "
                              "the plain session of 'orderedstream run --master local[2]' "
                              "(process tuning off), or both in one report")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="steady case: the measured window per engine, in minutes "
+                             "(default: the size's, 10 at default)")
+    parser.add_argument("--warmup", type=float, default=None,
+                        help="steady case: seconds of input before the window (default: the "
+                             "size's, 30 at default)")
+    parser.add_argument("--ramp-steps", type=int, default=None,
+                        help="steady case: at most this many fixed-rate steps looking for the "
+                             "maximum rate (default: the size's, 7 at default)")
+    parser.add_argument("--step-seconds", type=float, default=None,
+                        help="steady case: seconds of each ramp step (default: the size's, "
+                             "60 at default)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case:
         return _case_main(args.case)
+    scale = dict(SIZES[args.size])
+    for option, key, factor in (("minutes", "steady_window_s", 60), ("warmup",
+                                "steady_warmup_s", 1), ("ramp_steps", "steady_ramp_steps", 1),
+                                ("step_seconds", "steady_step_s", 1)):
+        if getattr(args, option) is not None:
+            scale[key] = max(1, round(getattr(args, option) * factor))
     if args.session:  # the case processes inherit it (benchmarks.cases.peer.SESSION_ENV)
         os.environ["BENCH_SESSION"] = args.session
 
@@ -111,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench] {name} ...", flush=True)
             ctx = CaseContext(endpoints.bootstrap, endpoints.s3_endpoint or "",
                               endpoints.storage_options, "lake", str(out), args.size,
-                              SIZES[args.size])
+                              scale)
             started = time.monotonic()
             case_results, error = run_case_in_process(name, ctx, out)
             results += case_results
@@ -121,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench] {name}: {len(case_results)} figures in "
                   f"{time.monotonic() - started:.0f}s{' FAILED ' + error if error else ''}",
                   flush=True)
-    meta = {"started": stamp, "size": args.size, "seconds": time.monotonic() - began,
-            "cpus": os.cpu_count(), "memory_gib": psutil.virtual_memory().total / 2**30,
+    meta = {"started": stamp, "size": args.size, "scale": scale,
+            "seconds": time.monotonic() - began, "cpus": os.cpu_count(),
+            "memory_gib": psutil.virtual_memory().total / 2**30,
             "cases": names, "figures": figures, "failures": failures}
     md = write_report(out, results, meta)
     print(f"[bench] report: {md}")

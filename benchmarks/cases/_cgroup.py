@@ -70,6 +70,11 @@ class EngineCgroup:
         usage = self._usage_ns()
         return None if usage is None else usage / 1e9
 
+    def usage_seconds(self) -> float | None:
+        """User + system CPU seconds the cgroup's processes used so far (None: unreadable)."""
+        usage = self._usage_ns()
+        return None if usage is None else usage / 1e9
+
     def _usage_ns(self) -> int | None:
         try:
             if self.v1:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ class TreeSampler:
         """At the peak: MiB of the JVMs and of the Python processes, and how many of each."""
         self.jvm_threads: dict[tuple[int, int], tuple[str, float]] = {}
         """Each JVM thread's (name, CPU seconds) last seen, keyed by (JVM pid, thread id)."""
+        self.rss_series: list[tuple[float, float]] = []
+        """(epoch seconds, summed RSS MiB) of every sample."""
         self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
@@ -104,6 +107,7 @@ class TreeSampler:
             parts[kind] = parts.get(kind, 0.0) + mine / 2**20
             parts[f"{kind} processes"] = parts.get(f"{kind} processes", 0) + 1
         self.peak_pss_mb = max(self.peak_pss_mb, pss / 2**20)
+        self.rss_series.append((time.time(), rss / 2**20))
         if rss / 2**20 > self.peak_mb:
             self.peak_mb, self.peak_parts = rss / 2**20, parts
 
