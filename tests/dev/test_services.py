@@ -52,6 +52,8 @@ def test_librdkafka_producer_to_java_console_consumer(kafka, topic) -> None:
     assert out.splitlines() == ["k1\thello", "k2\tworld"]
 
 
+# Slow: the chaos runs (their own command) are what restart the broker.
+@pytest.mark.slow
 def test_private_broker_survives_kill_and_restart(make_kafka) -> None:
     broker = make_kafka()
     broker.create_topic("durable", 2)
@@ -111,6 +113,8 @@ def test_private_s3_restarts_with_its_data(make_s3) -> None:
     assert server.filesystem().cat_file(server.url("a/b.txt")) == b"persisted"
 
 
+# Slow: a fixture-side retry; every test that starts S3 runs the first-start path.
+@pytest.mark.slow
 def test_s3_first_start_picks_new_ports_when_one_was_taken(tmp_path: Path) -> None:
     """The ports an S3Server picks are ephemeral ones: an outgoing connection can take one
     before SeaweedFS binds it (seen in CI). Its first start then picks again; a restart keeps

@@ -118,6 +118,9 @@ def test_tasks_stay_on_the_executor_that_holds_their_state(cluster_spark: Any,
     assert stayed == compared
 
 
+# Slow: the control of the placement tests; the sticky placement itself stays in CI
+# (test_ordered_placement, and the lost-executor case below).
+@pytest.mark.slow
 def test_without_preferences_tasks_scatter(cluster_spark: Any, shim_jar: Path,
                                            tmp_path: Path) -> None:
     """What the pack gets without the jar: Spark places each batch's tasks afresh."""
