@@ -50,7 +50,7 @@ class GCSServer:
         return gcs_endpoint_options(self.endpoint)
 
     def url(self, *parts: str) -> str:
-        """An ``gs://`` URL under this server's bucket.
+        """A ``gs://`` URL under this server's bucket.
 
         Parameters
         ----------
