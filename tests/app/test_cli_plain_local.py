@@ -1,6 +1,8 @@
 """``orderedstream run --master local[2]``: a plain local session, as on a cluster (none of the
 embedded session's tuning, the process tuning off, the user's own Spark configuration); every
-generated record in the Delta output exactly once, in order per session."""
+generated record in the Delta output exactly once, in order per session; then the user's own
+script in the same kind of session reads the state (``rocksstate``), copies the topics to
+``fencedparquet``, and every batch replays."""
 
 from __future__ import annotations
 
@@ -12,7 +14,12 @@ from typing import Any
 
 from orderedstream.core import tuning
 from orderedstream.dev.local.settings import JOB_CONF
-from tests.job.plainjob import assert_exactly_once, small_job, users_shell_env
+from tests.job.plainjob import (
+    assert_exactly_once,
+    assert_plain_features,
+    small_job,
+    users_shell_env,
+)
 
 
 def _spark_properties(events: Path) -> dict[str, str]:
@@ -63,3 +70,9 @@ def test_run_on_a_local_master_is_a_plain_session_and_writes_exactly_once(
     # Python workers run this interpreter, not a fork server's launcher
     assert props.get("spark.pyspark.python", sys.executable) == sys.executable
     assert not any(k.startswith("spark.executorEnv.") and tuning.ENV in k for k in props)
+
+    # the user's own script after it, in the same plain local session
+    plain = users_shell_env(**s3.aws_env(), PYSPARK_PYTHON=sys.executable,
+                            PYSPARK_SUBMIT_ARGS="--master local[2] pyspark-shell")
+    assert_plain_features([sys.executable], plain, kafka=kafka, s3=s3, opts=opts,
+                          generated=generated, tmp_path=tmp_path)

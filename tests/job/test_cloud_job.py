@@ -13,13 +13,10 @@ from typing import Any
 
 from orderedstream.app.job.demo import run_demo
 from orderedstream.app.job.generator import GeneratorOptions
-from orderedstream.sinks.deltalog import open_batch_log, table_format
-from orderedstream.statestore.ordered.plan import EXTRA_KEY, bases_from_extra
-from orderedstream.statestore.ordered.replay import replay
-from orderedstream.statestore.ordered.state_inspect import StateInspector
-from orderedstream.statestore.ordered.state_source import json_text
+from orderedstream.sinks.deltalog import table_format
 from pyspark_rocksstate import DefaultSource
 from tests.fixtures import unique
+from tests.job.afterjob import assert_replays, assert_state_rows, state_batch
 
 
 def _gen() -> GeneratorOptions:
@@ -37,54 +34,19 @@ def _check(result) -> None:
 
 def _replay_and_read_state(spark: Any, bootstrap: str, server: Any, output: str, state: str,
                            checkpoint: str, scratch: Path, endpoint_flag: str) -> None:
-    """Every batch of every Kafka partition replays identically from the cloud store's state
-    and output (one range per partition through the API, one batch through the CLI), and
-    ``rocksstate`` reads the state a batch committed as ``orderedstream state`` does."""
+    """Every batch replays identically from the cloud store (API and CLI), and ``rocksstate``
+    reads the state a batch committed as ``orderedstream state`` does."""
     opts = server.storage_options
-    log = open_batch_log(output, opts)
-    latest = log.latest()
-    assert latest is not None and latest >= 1
-    tasks = {b: log.get(b).extra[EXTRA_KEY]["tasks"] for b in range(latest + 1)}
-    first_batch = {pid: min(b for b in tasks if pid in tasks[b])
-                   for b_tasks in tasks.values() for pid in b_tasks}
-    assert len(first_batch) >= 2, first_batch
-    replayed = 0
-    for pid, first in sorted(first_batch.items()):
-        topic, _, number = pid.rpartition("/")
-        result = replay(output=output, state=state, checkpoint=checkpoint, topic=topic,
-                        partition=int(number), first=first, last=latest,
-                        bootstrap_servers=bootstrap, storage_options=opts,
-                        scratch=str(scratch / unique("api")))
-        assert result.identical, (pid, result.output.first, result.state.first)
-        assert result.batches and all(b.replayed_rows == b.committed_rows for b in result.batches)
-        replayed += sum(b.replayed_rows for b in result.batches)
-    assert replayed > 0
-    pid, first = sorted(first_batch.items())[0]
-    done = subprocess.run(
-        [sys.executable, "-m", "orderedstream.app.cli", "replay", "--bootstrap-servers",
-         bootstrap, endpoint_flag, server.endpoint, "--output", output,
-         "--state", state, "--checkpoint", checkpoint, "--batch", str(first), "--partition",
-         pid.replace("/", ":"), "--scratch", str(scratch / unique("cli"))],
-        capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines()[-1] == "identical", done.stdout
-
-    # the first batch whose state holds keys (ended sessions leave none)
-    batch = next(b for b in range(latest + 1)
-                 if sum(int(p.num_keys or 0) for p in bases_from_extra(log.get(b).extra).values()))
+    assert_replays(bootstrap=bootstrap, output=output, state=state, checkpoint=checkpoint,
+                   storage_options=opts, scratch=scratch,
+                   endpoint=[endpoint_flag, server.endpoint])
+    batch = state_batch(output, opts)
     spark.dataSource.register(DefaultSource)
     rows = (spark.read.format("rocksstate").option("path", state).option("table", output)
             .option("storage_options", json.dumps(opts)).option("batchId", str(batch))
             .load().collect())
-    inspector = StateInspector(output=output, state=state, storage_options=opts)
-    bases = inspector.partitions(batch)
-    assert len(rows) == sum(int(b.num_keys or 0) for b in bases.values()) > 0
-    assert {f"{r.topic}/{r.partition}": r.version for r in rows} == {
-        pid: b.version for pid, b in bases.items() if b.num_keys}
-    assert {r.batch_id for r in rows} == {batch}
-    for row in rows:
-        kv = inspector.value(row.topic, row.partition, bytes(row.key), batch)
-        assert kv.exists and json_text(kv.value) == row.value
+    assert_state_rows([{**r.asDict(), "key": bytes(r.key)} for r in rows], output=output,
+                      state=state, storage_options=opts, batch=batch)
 
 
 def test_job_keeps_state_and_delta_output_on_azure(azurite, spark, kafka, tmp_path: Path) -> None:

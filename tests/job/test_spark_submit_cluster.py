@@ -1,6 +1,8 @@
 """The main job submitted with spark-submit to the standalone cluster (master + 2 workers, one
 1-core executor each), in a plain session (none of the embedded session's tuning, the process
-tuning off): every generated record in the Delta output exactly once, in order per session."""
+tuning off): every generated record in the Delta output exactly once, in order per session;
+then the user's own script on the same cluster reads the state (``rocksstate``), copies the
+topics to ``fencedparquet``, and every batch replays."""
 
 from __future__ import annotations
 
@@ -15,7 +17,12 @@ from orderedstream.app import submit
 from orderedstream.core.jvm import bundled_jar
 from orderedstream.dev.services.spark import spark_home
 from orderedstream.sinks.deltalog import table_format
-from tests.job.plainjob import assert_exactly_once, small_job, users_shell_env
+from tests.job.plainjob import (
+    assert_exactly_once,
+    assert_plain_features,
+    small_job,
+    users_shell_env,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -57,3 +64,8 @@ def test_spark_submit_runs_the_main_job_exactly_once_in_a_plain_session(
     # the application ran on the cluster's executors (a log folder per executor)
     started = set(Path(spark_cluster.workdir).glob("work-*/app-*/*/stderr")) - before
     assert len(started) >= 2, started
+
+    # the user's own script after it, on the same cluster: rocksstate, fencedparquet, replay
+    assert_plain_features(argv[:argv.index(str(Path(submit.__file__).resolve()))], env,
+                          kafka=kafka, s3=s3, opts=opts, generated=generated,
+                          tmp_path=tmp_path)
