@@ -183,7 +183,7 @@ class OrderedKafkaStreamReader(DriverState, DataSourceStreamReader, SupportsTrig
             then the last end this reader planned, and after a restart every partition's latest
             offset (the executors' reads still check a strict range's first offset).
         limit
-            Spark's read limit (from :meth:`getDefaultReadLimit`); None with ``start``.
+            Spark's read limit (from :meth:`getDefaultReadLimit`); None when ``start`` is.
 
         Returns
         -------
