@@ -33,9 +33,11 @@ class OffsetRange:
 
     @property
     def size(self) -> int:
+        """How many offsets the range spans (0 when it is empty)."""
         return max(0, self.end - self.start)
 
     def describe(self) -> str:
+        """The range as error and log messages name it: ``topic-partition [start, end)``."""
         return f"{self.topic}-{self.partition} [{self.start}, {self.end})"
 
 
@@ -57,6 +59,7 @@ class Loss:
         return max(0, self.end - self.start)
 
     def describe(self) -> str:
+        """The loss as messages name it: where, the offsets when known, and why."""
         where = self.topic if self.partition is None else f"{self.topic}-{self.partition}"
         span = "" if self.start is None else f" offsets [{self.start}, " \
             f"{'?' if self.end is None else self.end})"
@@ -64,7 +67,26 @@ class Loss:
 
 
 def enforce(losses: list[Loss], integrity: Integrity, where: str) -> None:
-    """Strict: raise one DataLossError listing every loss. Window/none: log each and go on."""
+    """Strict: raise one DataLossError listing every loss. Window/none: log each and go on.
+
+    Parameters
+    ----------
+    losses
+        The losses found (nothing happens when empty).
+    integrity
+        The query's option ``integrity``.
+    where
+        What found them, for the message (e.g. ``"planning the next batch"``).
+
+    Raises
+    ------
+    DataLossError
+        ``integrity`` is ``"strict"`` and ``losses`` is not empty; the message lists each loss
+        and how to go on.
+
+    Runs on
+    -------
+    driver and executor"""
     if not losses:
         return
     text = "; ".join(loss.describe() for loss in losses)
@@ -87,6 +109,7 @@ class Snapshot:
     latest: Mapping[TP, int]
 
     def partitions(self) -> list[TP]:
+        """Every (topic, partition) of the snapshot's topics, sorted."""
         return [(t, p) for t, info in sorted(self.topics.items()) for p in info.partitions]
 
 
@@ -103,7 +126,26 @@ class Advance:
 def advance(prev: KafkaSourceOffset, snap: Snapshot,
             target: Mapping[TP, int] | None = None) -> Advance:
     """Compare the previous end offset with Kafka now: find continuing, new and vanished
-    partitions and every kind of loss. ``target`` (Trigger.AvailableNow) caps what is read."""
+    partitions and every kind of loss.
+
+    Parameters
+    ----------
+    prev
+        The previous batch's end offset.
+    snap
+        Kafka now.
+    target
+        Trigger.AvailableNow's fixed end: caps what is read, and partitions it lacks wait for
+        the next run. None for other triggers.
+
+    Returns
+    -------
+    Advance
+        Where each partition's next batch starts, how far it may go, and the losses.
+
+    Runs on
+    -------
+    driver"""
     out = Advance()
     recreated: set[str] = set()
     for topic, parts in sorted(prev.offsets.items()):
@@ -167,7 +209,25 @@ def advance(prev: KafkaSourceOffset, snap: Snapshot,
 
 def rate_limit(start: Mapping[TP, int], until: Mapping[TP, int], limit: int) -> dict[TP, int]:
     """Spark's split of ``maxOffsetsPerTrigger``: each partition gets a share proportional to its
-    backlog; shares below one record round up so small partitions are not starved."""
+    backlog; shares below one record round up so small partitions are not starved.
+
+    Parameters
+    ----------
+    start
+        Each partition's next offset.
+    until
+        How far each partition's data is available.
+    limit
+        The records the batch may take overall.
+
+    Returns
+    -------
+    dict
+        Each partition's end offset for the batch (``until`` itself when within ``limit``).
+
+    Runs on
+    -------
+    driver"""
     sizes = {tp: until[tp] - start[tp] for tp in until if until[tp] > start[tp]}
     total = sum(sizes.values())
     if total <= limit:
@@ -181,7 +241,23 @@ def rate_limit(start: Mapping[TP, int], until: Mapping[TP, int], limit: int) -> 
 
 
 def backlog(start: Mapping[TP, int], until: Mapping[TP, int]) -> int:
-    """Records available beyond ``start``."""
+    """Records available beyond ``start``.
+
+    Parameters
+    ----------
+    start
+        Each partition's next offset (a partition missing here counts nothing).
+    until
+        How far each partition's data is available.
+
+    Returns
+    -------
+    int
+        The records in ``[start, until)`` summed over the partitions.
+
+    Runs on
+    -------
+    driver"""
     return sum(max(0, until[tp] - start.get(tp, until[tp])) for tp in until)
 
 
@@ -189,7 +265,35 @@ def plan_ranges(start: KafkaSourceOffset, end: KafkaSourceOffset, integrity: Int
                 min_partitions: int | None = None,
                 max_records: int | None = None) -> list[OffsetRange]:
     """One range per topic-partition with data between ``start`` and ``end``; integrity 'none'
-    may split ranges (``maxRecordsPerPartition`` / ``minPartitions``)."""
+    may split ranges (``maxRecordsPerPartition`` / ``minPartitions``).
+
+    Parameters
+    ----------
+    start
+        The batch's start offset (the previous batch's end).
+    end
+        The batch's end offset; a partition it lists as new starts at its first offset.
+    integrity
+        The query's option ``integrity``: ranges are strict under ``"strict"``, split only
+        under ``"none"``.
+    min_partitions
+        Option ``minPartitions`` (``"none"`` only), or None.
+    max_records
+        Option ``maxRecordsPerPartition`` (``"none"`` only), or None.
+
+    Returns
+    -------
+    list[OffsetRange]
+        The non-empty ranges, in topic and partition order.
+
+    Raises
+    ------
+    DataLossError
+        A partition of ``end`` has no start: the checkpoint's offset log is inconsistent.
+
+    Runs on
+    -------
+    driver"""
     ranges: list[OffsetRange] = []
     strict = integrity == "strict"
     for topic, parts in sorted(end.offsets.items()):
@@ -214,7 +318,25 @@ def plan_ranges(start: KafkaSourceOffset, end: KafkaSourceOffset, integrity: Int
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
                  max_records: int | None) -> list[OffsetRange]:
     """Split ranges for throughput (integrity 'none' only): pieces of at most ``max_records``,
-    and at least ``min_partitions`` pieces overall, bigger ranges split more."""
+    and at least ``min_partitions`` pieces overall, bigger ranges split more.
+
+    Parameters
+    ----------
+    ranges
+        The ranges to split.
+    min_partitions
+        The fewest pieces overall, or None.
+    max_records
+        The most records in one piece, or None.
+
+    Returns
+    -------
+    list[OffsetRange]
+        Contiguous non-empty pieces covering each range, in the ranges' order.
+
+    Runs on
+    -------
+    driver"""
     pieces = {r: 1 for r in ranges}
     if max_records:
         pieces = {r: max(1, math.ceil(r.size / max_records)) for r in ranges}

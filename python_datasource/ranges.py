@@ -40,13 +40,43 @@ def range_schema() -> StructType:
 
 
 def is_range_columns(columns: Sequence[str]) -> bool:
-    """Whether a DataFrame's or batch's columns are those of ``emit = ranges`` rows."""
+    """Whether a DataFrame's or batch's columns are those of ``emit = ranges`` rows.
+
+    Parameters
+    ----------
+    columns
+        The column names, in order.
+
+    Returns
+    -------
+    bool
+        True when they are exactly :data:`RANGE_COLUMNS`.
+
+    Runs on
+    -------
+    driver and executor"""
     return tuple(columns) == RANGE_COLUMNS
 
 
 def describe(rng: OffsetRange, options: OrderedKafkaOptions) -> pa.RecordBatch:
     """The one-row batch describing ``rng`` (what the source yields instead of its records);
-    the options go without their secret values. Executor (the source's ``read``)."""
+    the options go without their secret values.
+
+    Parameters
+    ----------
+    rng
+        The range a task would read.
+    options
+        The source's parsed options.
+
+    Returns
+    -------
+    pyarrow.RecordBatch
+        One row with the :data:`RANGE_COLUMNS`.
+
+    Runs on
+    -------
+    executor (the source's ``read``)"""
     import pyarrow as pa
 
     reader = pickle.dumps((rng, options.without_secrets()))
@@ -59,8 +89,28 @@ def describe(rng: OffsetRange, options: OrderedKafkaOptions) -> pa.RecordBatch:
 def described(batch: pa.RecordBatch, secrets: KafkaSecrets | None = None,
               ) -> Iterator[tuple[OffsetRange, OrderedKafkaOptions]]:
     """The ranges (and reader options) a batch of ``emit = ranges`` rows describes, with the
-    secret ``kafka.*`` values the rows lack taken from ``secrets``: OptionError naming the
-    options when a row needs one that ``secrets`` lacks. Wherever the rows are read."""
+    secret ``kafka.*`` values the rows lack taken from ``secrets``.
+
+    Parameters
+    ----------
+    batch
+        Rows with the :data:`RANGE_COLUMNS`.
+    secrets
+        The secret ``kafka.*`` values the reading side was handed; None for none.
+
+    Returns
+    -------
+    Iterator[tuple[OffsetRange, OrderedKafkaOptions]]
+        Each row's range and the options to read it with, secrets restored.
+
+    Raises
+    ------
+    OptionError
+        A row needs a secret option that ``secrets`` lacks; the message names them.
+
+    Runs on
+    -------
+    wherever the rows are read (usually an executor)"""
     given = secrets if secrets is not None else KafkaSecrets()
     for raw in batch.column("reader").to_pylist():
         rng, options = pickle.loads(raw)

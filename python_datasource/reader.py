@@ -56,7 +56,21 @@ from orderedstream.python_datasource.planning import Loss, OffsetRange, enforce
 log = logging.getLogger(__name__)
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
-    """Arrow schema equal to Spark's ``to_arrow_schema`` of the source's declared schema."""
+    """Arrow schema equal to Spark's ``to_arrow_schema`` of the source's declared schema.
+
+    Parameters
+    ----------
+    include_headers
+        Whether the ``headers`` column is there (option ``includeHeaders``).
+
+    Returns
+    -------
+    pyarrow.Schema
+        The schema of the batches :func:`read_range` yields.
+
+    Runs on
+    -------
+    executor"""
     fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()),
               pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
               pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", "UTC")),
@@ -68,7 +82,26 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 def consumer_config(options: OrderedKafkaOptions) -> Settings:
     """Settings of an executor's consumer for ``options`` (``client_config.consumer_settings``:
-    no group management, no auto commit, no silent offset reset)."""
+    no group management, no auto commit, no silent offset reset).
+
+    Parameters
+    ----------
+    options
+        The source's parsed options, secrets included.
+
+    Returns
+    -------
+    Settings
+        The librdkafka configuration.
+
+    Raises
+    ------
+    OptionError
+        The options' secret values were dropped (an ``emit = ranges`` row) and not restored.
+
+    Runs on
+    -------
+    executor"""
     return consumer_settings(options.client_config(), options.group_id)
 
 
@@ -273,5 +306,33 @@ class RangeReader:
 
 
 def read_range(rng: OffsetRange, options: OrderedKafkaOptions) -> Iterator[pa.RecordBatch]:
-    """Executor entry point: the Arrow batches of one range."""
+    """Executor entry point: the Arrow batches of one range, in offset order.
+
+    Parameters
+    ----------
+    rng
+        The range to read.
+    options
+        The source's parsed options, secrets included.
+
+    Returns
+    -------
+    Iterator[pyarrow.RecordBatch]
+        Batches of bounded size with the :func:`arrow_schema` columns.
+
+    Raises
+    ------
+    DataLossError
+        A strict range lost records, its offsets went back, or the read stopped before the
+        planned end.
+    KafkaUnavailableError
+        The broker stayed unreachable past ``brokerTimeoutMs`` or ``kafkaConsumer.pollTimeoutMs``.
+    OptionError
+        ``reader = native`` without the extension, or secrets dropped and not restored.
+    confluent_kafka.KafkaException
+        Kafka reported an error that is not retriable.
+
+    Runs on
+    -------
+    executor"""
     yield from RangeReader(rng, options).batches()

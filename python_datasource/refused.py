@@ -27,34 +27,138 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @reason_first_in_worker
     def initialOffset(self) -> dict:
+        """Spark asks for a new query's first start offset: raise the refusal.
+
+        Raises
+        ------
+        OrderedStreamError
+            Always: ``error``, why the stream's options were refused.
+
+        Runs on
+        -------
+        driver"""
         raise self.error
 
     @reason_first_in_worker
     def getDefaultReadLimit(self) -> ReadLimit:
+        """Spark asks how much one batch may read: raise the refusal.
+
+        Raises
+        ------
+        OrderedStreamError
+            Always: ``error``, why the stream's options were refused.
+
+        Runs on
+        -------
+        driver"""
         raise self.error
 
     @reason_first_in_worker
     def prepareForTriggerAvailableNow(self) -> None:
+        """Spark starts a Trigger.AvailableNow run: raise the refusal.
+
+        Raises
+        ------
+        OrderedStreamError
+            Always: ``error``, why the stream's options were refused.
+
+        Runs on
+        -------
+        driver"""
         raise self.error
 
     @reason_first_in_worker
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        """Spark asks for the next batch's end offset: raise the refusal.
+
+        Parameters
+        ----------
+        start
+            The batch's start offset (unused).
+        limit
+            Spark's read limit (unused).
+
+        Raises
+        ------
+        OrderedStreamError
+            Always: ``error``, why the stream's options were refused.
+
+        Runs on
+        -------
+        driver"""
         raise self.error
 
     @reason_first_in_worker
     def reportLatestOffset(self) -> dict | None:
+        """Spark asks for the newest offsets for query progress: raise the refusal.
+
+        Raises
+        ------
+        OrderedStreamError
+            Always: ``error``, why the stream's options were refused.
+
+        Runs on
+        -------
+        driver"""
         raise self.error
 
     @reason_first_in_worker
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """Spark asks for a batch's input partitions: raise the refusal.
+
+        Parameters
+        ----------
+        start
+            The batch's start offset (unused).
+        end
+            The batch's end offset (unused).
+
+        Raises
+        ------
+        OrderedStreamError
+            Always: ``error``, why the stream's options were refused.
+
+        Runs on
+        -------
+        driver"""
         raise self.error
 
     @reason_first_in_worker
     def commit(self, end: dict) -> None:
+        """Spark reports a batch done: raise the refusal.
+
+        Parameters
+        ----------
+        end
+            The batch's end offset (unused).
+
+        Raises
+        ------
+        OrderedStreamError
+            Always: ``error``, why the stream's options were refused.
+
+        Runs on
+        -------
+        driver"""
         raise self.error
 
     @reason_first_in_worker
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Spark reads one input partition: raise the refusal.
+
+        Parameters
+        ----------
+        partition
+            The partition to read (unused).
+
+        Raises
+        ------
+        OrderedStreamError
+            Always: ``error``, why the stream's options were refused.
+
+        Runs on
+        -------
+        executor"""
         raise self.error
 
     def stop(self) -> None:

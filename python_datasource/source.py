@@ -7,10 +7,9 @@ Usage::
           .option("subscribePattern", "sessions-.*")
           .load())
 
-Every record of every matching topic-partition is delivered exactly once per successful batch;
-each Kafka partition's range is read by one Spark task, in offset order (integrity 'strict' and
-'window'). Schema and options follow Spark's Kafka source. Batch reads: ``spark.read`` with
-``startingOffsets`` / ``endingOffsets``.
+Every record of every matching topic-partition is delivered exactly once per successful batch, each
+partition's range read by one task in offset order (integrity 'strict' and 'window'). Schema
+and options follow Spark's Kafka source; batch reads (``spark.read``) take ``endingOffsets``.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -48,18 +47,12 @@ from orderedstream.core.sparkcompat import (
     require,
 )
 from orderedstream.core.worker_errors import reason_first_in_worker, reason_first_in_worker_iter
-from orderedstream.python_datasource.kafka_metadata import (
-    TP,
-    KafkaMetadata,
-    TopicInfo,
-    resolve_spec,
-)
+from orderedstream.python_datasource.driver_state import DriverState
+from orderedstream.python_datasource.kafka_metadata import TP, TopicInfo, resolve_spec
 from orderedstream.python_datasource.offsets import KafkaSourceOffset
 from orderedstream.python_datasource.options import OrderedKafkaOptions, parse_options
 from orderedstream.python_datasource.planning import (
-    Loss,
     OffsetRange,
-    Snapshot,
     advance,
     backlog,
     enforce,
@@ -76,7 +69,12 @@ log = logging.getLogger(__name__)
 
 
 def kafka_schema(include_headers: bool = False) -> StructType:
-    """Spark's Kafka source schema (all fields nullable, as Spark declares them)."""
+    """Spark's Kafka source schema (all fields nullable, as Spark declares them).
+
+    Parameters
+    ----------
+    include_headers
+        Whether to add the ``headers`` column (option ``includeHeaders``)."""
     fields = [StructField("key", BinaryType()), StructField("value", BinaryType()),
               StructField("topic", StringType()), StructField("partition", IntegerType()),
               StructField("offset", LongType()), StructField("timestamp", TimestampType()),
@@ -122,68 +120,9 @@ def _nested(offsets: Mapping[TP, int]) -> dict[str, dict[int, int]]:
     return out
 
 
-class _DriverState:
-    """Driver-only helpers shared by the batch and stream readers (never pickled)."""
-
-    options: OrderedKafkaOptions
-    _metadata: KafkaMetadata | None
-
-    @property
-    def metadata(self) -> KafkaMetadata:
-        if self._metadata is None:
-            self._metadata = KafkaMetadata(self.options)
-        return self._metadata
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Only the options travel to executors (secrets included: Spark's own channel to its
-        tasks, never rows or the checkpoint); clients and caches stay on the driver."""
-        return {"options": self.options}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
-
-    def snapshot(self, topics: Mapping[str, TopicInfo]) -> Snapshot:
-        tps = [(t, p) for t, info in sorted(topics.items()) for p in info.partitions]
-        return Snapshot(topics, self.metadata.earliest(tps), self.metadata.latest(tps))
-
-    def starting_offsets(self, snap: Snapshot) -> dict[TP, int]:
-        """Resolve startingOffsets* into offsets; a start below the log start is loss. An
-        ``assign`` naming a partition that does not exist is refused (as Spark's source fails
-        listing its offsets), never read as empty."""
-        if self.options.strategy == "assign":
-            missing = [(t, p) for t, parts in sorted(self.options.assignment.items())
-                       for p in parts if p not in (snap.topics[t].partitions
-                                                   if t in snap.topics else ())]
-            if missing:
-                have = "; ".join(f"{t} has partitions {list(snap.topics[t].partitions)}"
-                                 if t in snap.topics else f"topic {t!r} does not exist"
-                                 for t in sorted({t for t, _ in missing}))
-                named = ", ".join(f"{t}-{p}" for t, p in missing)
-                raise OptionError(f"option 'assign' names {named}, which the "
-                                  f"cluster at {self.options.bootstrap_servers} does not have "
-                                  f"({have}); assign existing partitions, or subscribe")
-        tps = [tp for tp in snap.partitions() if tp in snap.latest]
-        start = resolve_spec(self.metadata, self.options.starting, tps, snap.earliest,
-                             snap.latest, self.options.starting_by_timestamp_strategy)
-        losses = []
-        for tp, off in sorted(start.items()):
-            if off > snap.latest[tp]:
-                raise OptionError(f"option '{self.options.starting.option}': offset {off} for "
-                                  f"{tp[0]}-{tp[1]} is beyond the log end {snap.latest[tp]}")
-            if off < snap.earliest[tp]:
-                losses.append(Loss(tp[0], tp[1], "the requested start was deleted by "
-                                   f"retention (log starts at {snap.earliest[tp]})",
-                                   off, snap.earliest[tp]))
-                start[tp] = snap.earliest[tp]
-        enforce(losses, self.options.integrity, "starting offsets")
-        return start
-
-
-class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader. ``initialOffset``/``latestOffset``/``partitions``/``commit``/``stop``
-    run in Spark's one long-lived Python planner worker on the driver (so the admin client and
-    the topic cache are reused); ``read`` runs on executors on a pickled copy that carries only
-    the options."""
+class OrderedKafkaStreamReader(DriverState, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader. Its driver calls run in Spark's one long-lived Python planner worker
+    (the admin client and topic cache are reused); ``read`` runs on a pickled copy (options)."""
 
     def __init__(self, options: OrderedKafkaOptions) -> None:
         self.options = options
@@ -234,13 +173,27 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
 
     @reason_first_in_worker
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-        """Driver: the end of the next batch. Finds new topics/partitions, checks integrity
-        against ``start`` (strict raises DataLossError), applies admission control.
+        """Driver: Spark asks for the next batch's end offset. Finds new topics/partitions,
+        checks integrity against ``start``, applies admission control.
 
-        Spark 4.0 and 4.1 call ``latestOffset()`` alone: the start is then the last end this
-        reader planned, and after a restart (none yet) every partition's latest offset, with
-        each partition's log start for one the checkpoint lacks (the executors' reads still
-        check a strict range's first offset)."""
+        Parameters
+        ----------
+        start
+            The batch's start (the previous end). Spark 4.0 and 4.1 pass none: the start is
+            then the last end this reader planned, and after a restart every partition's latest
+            offset (the executors' reads still check a strict range's first offset).
+        limit
+            Spark's read limit (from :meth:`getDefaultReadLimit`); None when ``start`` is.
+
+        Returns
+        -------
+        dict
+            The end offset's JSON (``start`` itself when there is nothing to read yet).
+
+        Raises
+        ------
+        DataLossError
+            Integrity 'strict' and unread records are gone."""
         if start is None:
             self._prev = self._plan(self._prev, ReadAllAvailable()) if self._prev is not None \
                 else self._all_latest()
@@ -299,8 +252,18 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
 
     @reason_first_in_worker
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        """Driver: one input partition per topic-partition range (split only under
-        integrity 'none'). Deterministic from ``start``/``end`` so replays read the same."""
+        """Driver: Spark asks for the batch's tasks: one input partition per topic-partition
+        range (split only under integrity 'none'), the same again for a replayed batch.
+
+        Parameters
+        ----------
+        start, end
+            The batch's start and end offsets (JSON, from :meth:`latestOffset` or the log).
+
+        Raises
+        ------
+        DataLossError
+            A partition of ``end`` has no start (the offset log is inconsistent)."""
         self._prev = end
         ranges = plan_ranges(KafkaSourceOffset.from_json(start), KafkaSourceOffset.from_json(end),
                              self.options.integrity, self.options.min_partitions,
@@ -308,8 +271,14 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
         return _input_partitions(ranges, self.options)
 
     def commit(self, end: dict) -> None:
-        """Driver, after a batch completed: optionally publish offsets to a consumer group
-        (``commitOffsetsToGroup``) so Kafka's lag tools see progress. Failures only warn."""
+        """Driver: Spark reports the batch ending at ``end`` done. With
+        ``commitOffsetsToGroup`` its offsets go to that consumer group, so Kafka's lag tools see
+        progress; a failure only warns.
+
+        Parameters
+        ----------
+        end
+            The batch's end offset (JSON)."""
         group = self.options.commit_group
         if group is None:
             return
@@ -329,11 +298,26 @@ class OrderedKafkaStreamReader(_DriverState, DataSourceStreamReader, SupportsTri
     # -- executor ------------------------------------------------------------------------
     @reason_first_in_worker_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor: Arrow batches of one range, in offset order (static and stateless)."""
+        """Executor: Spark reads one task's input partition (static and stateless).
+
+        Parameters
+        ----------
+        partition
+            An input partition :meth:`partitions` planned.
+
+        Returns
+        -------
+        Iterator[pyarrow.RecordBatch]
+            The range's records in offset order, or (``emit = ranges``) its describing row.
+
+        Raises
+        ------
+        DataLossError, KafkaUnavailableError
+            As :func:`~orderedstream.python_datasource.reader.read_range` raises them."""
         return _read(partition, self.options)
 
 
-class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
+class OrderedKafkaBatchReader(DriverState, DataSourceReader):
     """Batch reader for ``spark.read``: [startingOffsets, endingOffsets) of every partition.
     ``partitions`` runs on the driver, ``read`` on executors (pickled copy: options only)."""
 
@@ -368,7 +352,17 @@ class OrderedKafkaBatchReader(_DriverState, DataSourceReader):
 
     @reason_first_in_worker_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor: Arrow batches of one range, in offset order."""
+        """Executor: Spark reads one task's input partition, as :meth:`partitions` planned.
+
+        Parameters
+        ----------
+        partition
+            An input partition :meth:`partitions` planned.
+
+        Returns
+        -------
+        Iterator[pyarrow.RecordBatch]
+            The range's records in offset order, or (``emit = ranges``) its describing row."""
         return _read(partition, self.options)
 
 
@@ -408,6 +402,7 @@ class OrderedKafkaDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The short name Spark registers the source under: ``orderedkafka``."""
         return "orderedkafka"
 
     @reason_first_in_worker
@@ -424,13 +419,28 @@ class OrderedKafkaDataSource(DataSource):
 
     @reason_first_in_worker
     def reader(self, schema: StructType) -> DataSourceReader:
-        """Driver: batch reader (``spark.read``)."""
+        """Driver: Spark asks for the batch reader of ``spark.read``.
+
+        Parameters
+        ----------
+        schema
+            The schema :meth:`schema` gave, or the user's.
+
+        Raises
+        ------
+        OptionError
+            An option is invalid, or not for a batch read; the message names it."""
         return OrderedKafkaBatchReader(parse_options(self.options, streaming=False))
 
     @reason_first_in_worker
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """Driver: micro-batch reader (``spark.readStream``). Options only a stream refuses
-        (``endingOffsets``) fail from its first planning call (``RefusedStreamReader``)."""
+        """Driver: Spark asks for the micro-batch reader of ``spark.readStream``. Options a
+        stream refuses (``endingOffsets``) fail from its first planning call instead.
+
+        Parameters
+        ----------
+        schema
+            The schema :meth:`schema` gave, or the user's."""
         try:
             options = _supported_here(parse_options(self.options, streaming=True))
         except OptionError as exc:

@@ -3,8 +3,9 @@
 Every engine of a side-by-side case is sampled by the case's own process, never by a thread of
 the engine's: the sampler's work (``/proc`` reads, the GIL of the process it runs in) is then
 neither counted in the engine's CPU nor taken from the engine's interpreter. Reading a
-process's PSS (``smaps_rollup``) walks its page tables, about 10 ms of CPU for Spark's JVM, so
-PSS is read once every ``pss_every`` samples; RSS and CPU (cheap) at every one.
+process's PSS (``smaps_rollup``) walks its page tables, which is not cheap for a process as
+large as Spark's JVM, so PSS is read once every ``pss_every`` samples; RSS and CPU (cheap) at
+every one.
 """
 
 from __future__ import annotations

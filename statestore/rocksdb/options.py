@@ -101,7 +101,8 @@ def make_options(opts: StateStoreOptions, *, raw_mode: bool = True) -> rocksdict
     o.set_keep_log_file_num(2)
     # One table-reader thread per open: the files are local and page-cached, so loading them is
     # CPU work, and the stage already runs one worker per core; RocksDB's default starts a
-    # pool of threads per column family at every open.
+    # pool of threads per column family at every open
+    # (docs/decisions/0024-rocksdb-one-file-opening-thread.md).
     o.set_max_file_opening_threads(1)
     return o
 

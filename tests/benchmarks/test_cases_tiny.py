@@ -3,9 +3,9 @@
 The cases drive the pack's public paths (the main job, its Delta output, the ordered stage)
 and rot silently when those change: once two of them (``endtoend`` read the job's
 Delta output as fenced Parquet; ``ordered`` listed figures of engines it had not run) had
-failed since the job's default output became Delta. A whole tiny run takes about 15 minutes
-on 2 cores, so it is marked slow (CI runs ``-m "not slow"``): run it before a benchmark report
-is published, ``scripts/test -m slow tests/benchmarks/test_cases_tiny.py``.
+failed since the job's default output became Delta. A whole tiny run runs every case, so it
+is marked slow (CI runs ``-m "not slow"``): run it before a benchmark report is published,
+``scripts/test -m slow tests/benchmarks/test_cases_tiny.py``.
 """
 
 from __future__ import annotations

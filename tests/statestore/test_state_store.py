@@ -396,8 +396,8 @@ def test_reopening_a_partition_keeps_few_rocksdb_info_logs(make_store: Factory) 
 
 def test_a_partition_opens_its_files_on_the_opening_thread(make_store: Factory) -> None:
     """RocksDB's default starts up to 16 threads per column family at every open to load table
-    readers (16 ms per open of a small copy, against 5-6 ms); the store asks for one. Read
-    back from the options RocksDB itself logged at the latest open."""
+    readers; the store asks for one (docs/decisions/0024-rocksdb-one-file-opening-thread.md).
+    Read back from the options RocksDB itself logged at the latest open."""
     import os
 
     store = make_store("opening")

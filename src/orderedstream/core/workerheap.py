@@ -1,20 +1,10 @@
 """Keep a reused Python worker's heap cheap: Spark's per-task garbage collection, and the C
 heap's free pages after a large read.
 
-With ``spark.python.worker.reuse`` (Spark's default) ``pyspark.daemon`` runs a full
-``gc.collect()`` in the worker after EVERY task. The pack's worker code imports pyarrow,
-pyspark, s3fs/botocore (whose S3 service model alone is tens of thousands of dicts) and
-delta-rs, so each of those collections walks every long-lived object again: CPU spent after
-every task in every process the pack's code runs in (executors' workers and the driver-side
-Data Source planner and commit processes), beside the tasks that do the work.
-
 ``freeze_worker_heap()`` moves the objects alive at that moment to the permanent generation
-(``gc.freeze()``, O(1)), which later collections skip. Callers invoke it where a task or call
-STARTS: after the previous task the daemon's collection has just run, so what is frozen is the
-long-lived state (modules, clients, caches), not garbage. Frozen objects are still freed by
-reference counting; only reference cycles among them are never collected. It does nothing
-outside a reused Spark worker (a driver or a test process, a non-daemon worker): freezing a
-user's own process is not this pack's decision.
+(``gc.freeze()``), which later collections skip (``pyspark.daemon`` runs a full one after every
+task). Callers invoke it where a sink's task or call starts; it does nothing outside a reused
+Spark worker (docs/decisions/0025-freeze-reused-worker-heap.md).
 
 ``release_freed_memory()`` hands the C heap's free pages back to the system after a large
 Kafka range (docs/decisions/0015-memory-bound-per-worker.md).

@@ -1,6 +1,7 @@
 """The ordered stage's Python workers do not import pandas for the pack's own Arrow work (pyarrow
-would, to ask whether a Python list is a pandas object: about 40-50 MiB per worker), and a user
-function that does use pandas still gets pyarrow's full pandas behaviour (core.pandaslazy)."""
+would, to ask whether a Python list is a pandas object: docs/decisions/0014-no-pandas-import.md),
+and a user function that does use pandas still gets pyarrow's full pandas behaviour
+(core.pandaslazy)."""
 
 from __future__ import annotations
 
