@@ -34,8 +34,8 @@ def test_job_survives_one_fault_of_each_kind(tmp_path: Path) -> None:
 @pytest.mark.slow  # its own run: scripts/test -m "chaos and slow"
 @pytest.mark.parametrize("store", ["azure", "gcs"])
 def test_job_survives_kills_with_its_state_on_a_cloud_store(tmp_path: Path, store: str) -> None:
-    """kill -9 of the job, of a Python worker and of the broker with the state (and, on Azure,
-    the Delta output) on the cloud store's emulator; verified through delta-rs."""
+    """kill -9 of the job, of a Python worker and of the broker with the state and the output
+    (Delta on Azure, fenced Parquet on GCS) on the cloud store's emulator; verified."""
     gen = GeneratorOptions(prefix=f"chaos{store}", sites=2, late_sites=0, partitions=2,
                            sessions_per_site=5, rows=5, updates=30, seed=7, rate=60.0)
     run = ChaosRun(tmp_path / "chaos", faults=3, seed=7, gen=gen, max_offsets_per_trigger=600,

@@ -49,7 +49,7 @@ class ChaosRun:
                  cluster: bool = False, batch_timeout: float = 300.0,
                  store: str = "s3") -> None:
         """``store``: "s3" (SeaweedFS behind the faulty proxy: the S3 faults), "azure" (Azurite)
-        or "gcs" (fake-gcs-server; Delta output on local disk: delta-rs cannot write there)."""
+        or "gcs" (fake-gcs-server, with fenced Parquet output: docs/storage.md)."""
         if store not in ("s3", "azure", "gcs"):
             raise ValueError(f"store {store!r}: give 's3', 'azure' or 'gcs'")
         self.store = store
@@ -119,8 +119,8 @@ class ChaosRun:
                 "--bootstrap-servers", self.opts.bootstrap, "--output", self.opts.output,
                 "--state", self.opts.state_location, "--checkpoint", self.opts.checkpoint,
                 "--topic-pattern", self.opts.topic_pattern, *self._endpoint_args(),
-                "--trigger", "1 second", "--progress-every", "5",
-                "--max-offsets-per-trigger", str(self.max_offsets)]
+                "--output-format", self.opts.output_format, "--trigger", "1 second",
+                "--progress-every", "5", "--max-offsets-per-trigger", str(self.max_offsets)]
         if self.cluster is not None:  # a plain session on the cluster; else the embedded one
             argv += ["--master", self.cluster.url]
         if available_now:
@@ -326,8 +326,8 @@ class ChaosRun:
             base = f"s3://{self.s3.bucket}/chaos"
         if self.cluster is not None:
             self.cluster.start()
-        output = (str(self.workdir / "output") if self.store == "gcs" else f"{base}/output")
-        self.opts = JobOptions(bootstrap=self.kafka.bootstrap, output=output,
+        self.opts = JobOptions(bootstrap=self.kafka.bootstrap, output=f"{base}/output",
+                               output_format="parquet" if self.store == "gcs" else "delta",
                                state_location=f"{base}/state",
                                checkpoint=str(self.workdir / "checkpoint"),
                                topic_pattern=f"{self.gen.prefix}-.*")
