@@ -159,8 +159,9 @@ class SchemaCodec:
     """Values are dicts following a pyarrow schema (the reader returns them as typed columns).
 
     Stored as a pickled tuple in schema field order: compact, and any pyarrow-convertible
-    Python value (datetime, Decimal, bytes, nested lists) round-trips. Unknown or missing
-    fields are refused at ``encode`` time, naming the field and the schema.
+    Python value (datetime, Decimal, bytes, nested lists) round-trips. A field the schema
+    does not have is refused at ``encode`` time, naming the field and the schema; a missing
+    field is stored as None (read back as a null).
     """
 
     name = "schema"
