@@ -14,9 +14,8 @@ import pyarrow as pa
 
 from orderedstream.core.errors import UserFunctionError
 
-# Exact types first (one set lookup per row); subclasses (namedtuple, pyspark Row,
-# OrderedDict) pass the isinstance check after it.
-ROW_TYPES = frozenset({tuple, dict, list})
+# Exact types first (identity checks per row); subclasses (namedtuple, pyspark Row,
+# OrderedDict) pass the isinstance check after them.
 ROW_BASES = (tuple, dict, list)
 # Iterables that are never "rows": iterating them yields characters, bytes or dict keys.
 _NOT_ROW_ITERABLES = (str, bytes, bytearray, memoryview, dict)
