@@ -14,8 +14,9 @@ import pyarrow as pa
 
 from orderedstream.core.errors import UserFunctionError
 
-# Exact types first (identity checks per row); subclasses (namedtuple, pyspark Row,
-# OrderedDict) pass the isinstance check after them.
+# Exact types first (one set lookup per row); subclasses (namedtuple, pyspark Row,
+# OrderedDict) pass the isinstance check after it.
+ROW_TYPES = frozenset({tuple, dict, list})
 ROW_BASES = (tuple, dict, list)
 # Iterables that are never "rows": iterating them yields characters, bytes or dict keys.
 _NOT_ROW_ITERABLES = (str, bytes, bytearray, memoryview, dict)
@@ -23,29 +24,21 @@ ACCEPTED = ("return None, or an iterable of rows (a list or generator of tuples 
             "output_schema order, or of dicts by field name), e.g. return [(key, 'ok')]")
 
 
-def as_rows(out: Any, schema: pa.Schema | None = None,
-            names: frozenset[str] | None = None) -> list[Any] | str | UserFunctionError:
+def as_rows(out: Any) -> list[Any] | str:
     """The rows of one call's result, or a sentence saying what is wrong with it.
 
-    A list returned by the function is used as is; another iterable is drained. With
-    ``names``, dict rows are checked here, while they are fresh, for what
-    ``to_batch(..., names_checked=True)`` then skips (docs/decisions/0026).
+    A list returned by the function is used as is; another iterable is drained.
 
     Parameters
     ----------
     out
         What the user function returned (not ``None``).
-    schema
-        The stage's ``output_schema``, for the error on an unknown field (with ``names``).
-    names
-        ``frozenset(schema.names)``; None: field names are left to :func:`to_batch`.
 
     Returns
     -------
-    list[Any] | str | UserFunctionError
+    list[Any] | str
         The rows; or, when ``out`` is a bare string, bytes or dict, not iterable, or holds an
-        item that is not a tuple, list or dict, the problem for :func:`refuse`; or, for a dict
-        row naming a field ``schema`` lacks, the error :func:`to_batch` raises for it.
+        item that is not a tuple, list or dict, the problem for :func:`refuse`.
 
     Raises
     ------
@@ -67,19 +60,11 @@ def as_rows(out: Any, schema: pa.Schema | None = None,
                 return f"{type(out).__name__} {short_repr(out)}, which is not an iterable of rows"
             raise
     for row in rows:
-        cls = row.__class__
-        if cls is dict:
-            if names is None or names.issuperset(row):
-                continue
-        elif cls is tuple or cls is list:
-            continue
-        elif not isinstance(row, ROW_BASES):
+        if row.__class__ not in ROW_TYPES and not isinstance(row, ROW_BASES):
             what = ("a bare tuple" if isinstance(out, tuple) else
                     f"a {type(out).__name__}")
             return (f"{what} whose item {short_repr(row)} ({type(row).__name__}) is not a row "
                     f"(a tuple, list or dict)")
-        if names is not None and isinstance(row, dict) and not names.issuperset(row):
-            return _unknown_fields(row, schema if schema is not None else pa.schema([]))
     return rows
 
 
@@ -108,8 +93,7 @@ def refuse(problem: str, *, key: Any, where: str) -> UserFunctionError:
         f"{ACCEPTED}. Nothing of this batch was committed")
 
 
-def to_batch(rows: list[Any], schema: pa.Schema, *,
-             names_checked: bool = False) -> pa.RecordBatch:
+def to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     """Checked rows as one Arrow batch of ``schema``.
 
     Parameters
@@ -118,8 +102,6 @@ def to_batch(rows: list[Any], schema: pa.Schema, *,
         At least one row; tuples in schema order or dicts by field name.
     schema
         The stage's ``output_schema``.
-    names_checked
-        The dict rows' field names were checked already (by :func:`as_rows`).
 
     Returns
     -------
@@ -138,7 +120,7 @@ def to_batch(rows: list[Any], schema: pa.Schema, *,
     cause: Exception | None = None
     try:
         first = rows[0]
-        if not names_checked and isinstance(first, dict):
+        if isinstance(first, dict):
             _check_field_names(rows, schema)
         if isinstance(first, (tuple, dict)):
             # Tuples and dicts convert to a struct array in one C++ pass (from_pylist
@@ -182,16 +164,12 @@ def _check_field_names(rows: list[Any], schema: pa.Schema) -> None:
         return
     for row in rows:
         if isinstance(row, dict) and not row.keys() <= names:
-            raise _unknown_fields(row, schema)
-
-
-def _unknown_fields(row: dict[Any, Any], schema: pa.Schema) -> UserFunctionError:
-    unknown = sorted(map(str, set(row) - frozenset(schema.names)))
-    return UserFunctionError(
-        f"the ordered user function returned a dict row with field(s) "
-        f"{', '.join(repr(u) for u in unknown)} that output_schema "
-        f"({_schema_text(schema)}) does not have, in {short_repr(row)}; a dict row names "
-        "output_schema's fields (a field left out is null)")
+            unknown = sorted(map(str, set(row) - names))
+            raise UserFunctionError(
+                f"the ordered user function returned a dict row with field(s) "
+                f"{', '.join(repr(u) for u in unknown)} that output_schema "
+                f"({_schema_text(schema)}) does not have, in {short_repr(row)}; a dict row names "
+                "output_schema's fields (a field left out is null)")
 
 
 def _field_problem(rows: list[Any], schema: pa.Schema) -> str | None:

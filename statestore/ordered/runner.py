@@ -44,7 +44,7 @@ from orderedstream.statestore.ordered.plan import (
 from orderedstream.statestore.ordered.records import RecordDecoder
 from orderedstream.statestore.ordered.rows import as_rows, refuse, short_repr, to_batch
 from orderedstream.statestore.ordered.state_access import open_partition
-from orderedstream.statestore.ordered.timeouts import EventTimeTimeout
+from orderedstream.statestore.ordered.timeouts import EventTimeTimeout, ProcessingTimeTimeout
 
 UserFunction = Callable[[Any, Any, GroupState], Iterable[Any] | None]
 COMMIT_SCHEMA = pa.schema([pa.field("commit", pa.string())])
@@ -120,7 +120,8 @@ class PartitionRun:
         self.next_timeout_ms: int | None = base.next_timeout_ms
         timeout = options.timeout
         self.kind = timeout.kind
-        self.default_timeout_ms = getattr(timeout, "default_ms", None)  # processing time
+        self.default_timeout_ms = (timeout.default_ms
+                                   if isinstance(timeout, ProcessingTimeTimeout) else None)
         self.delay_ms = timeout.delay_ms if isinstance(timeout, EventTimeTimeout) else 0
 
     def watermark_ms(self) -> int | None:
@@ -159,7 +160,6 @@ class PartitionRun:
         cached = table.cache.get
         load = table.load
         extend = buffer.extend
-        names = frozenset(schema.names)  # dict rows checked in as_rows, fresh (0026)
         for piece in slices:
             offsets = piece.column("offset")
             self._check_offsets(offsets)
@@ -172,16 +172,17 @@ class PartitionRun:
                 previous_timeout = entry.timeout_ms
                 try:
                     out = func(key, record, state)
-                    rows = None if out is None else as_rows(out, schema, names)
+                    if out is not None:
+                        out = as_rows(out)  # a list of rows, or what is wrong with the result
                 except Exception as exc:
                     exc.add_note(f"{USER_FUNCTION_NOTE} at Kafka {self.pid} offset "
                                  f"{offsets[index].as_py()}, key {short_repr(key)} (batch "
                                  f"{self.plan.batch_id})")
                     raise
-                if rows is not None:
-                    if not isinstance(rows, list):  # what is wrong with the result
-                        raise self._refused(rows, key, offsets[index].as_py())
-                    extend(rows)
+                if out is not None:
+                    if out.__class__ is str:
+                        raise refuse(out, key=key, where=self._at(offsets[index].as_py()))
+                    extend(out)
                 if not state._timeout_set:
                     wanted = default_deadline if entry.exists else None
                     if wanted != previous_timeout:
@@ -189,7 +190,7 @@ class PartitionRun:
                         entry.dirty = True
                 if len(buffer) >= limit:
                     self.output_rows += len(buffer)
-                    yield self._to_batch(buffer, schema, names_checked=True)
+                    yield self._to_batch(buffer, schema)
                     buffer.clear()
             self.records += piece.num_rows
             if self.kind == "event":
@@ -207,38 +208,37 @@ class PartitionRun:
                 key = decode_key(timed_out)
                 try:
                     out = func(key, None, state)
-                    rows = None if out is None else as_rows(out, schema, names)
+                    if out is not None:
+                        out = as_rows(out)
                 except Exception as exc:
                     exc.add_note(f"{USER_FUNCTION_NOTE}'s timeout call for key "
                                  f"{short_repr(key)} of Kafka {self.pid} (batch "
                                  f"{self.plan.batch_id})")
                     raise
-                if rows is not None:
-                    if not isinstance(rows, list):
-                        raise self._refused(rows, key, None)
-                    extend(rows)
+                if out is not None:
+                    if out.__class__ is str:
+                        raise refuse(out, key=key, where=self._at(None))
+                    buffer.extend(out)
                 if not state._timeout_set:
                     entry.timeout_ms = None
                 entry.dirty = True
                 self.timeouts += 1
                 if len(buffer) >= limit:
                     self.output_rows += len(buffer)
-                    yield self._to_batch(buffer, schema, names_checked=True)
+                    yield self._to_batch(buffer, schema)
                     buffer.clear()
         table.flush()
         self.next_timeout_ms = table.next_timeout_ms() if self.kind != "none" else None
         if buffer:
             self.output_rows += len(buffer)
-            yield self._to_batch(buffer, schema, names_checked=True)
+            yield self._to_batch(buffer, schema)
 
-    def _refused(self, problem: str | Exception, key: Any, offset: int | None) -> Exception:
-        """The error for a call's result that is not rows (``offset`` None: a timeout call)."""
-        if not isinstance(problem, str):  # as_rows's error for an unknown dict field
-            return problem
+    def _at(self, offset: int | None) -> str:
+        """Where a call happened, for errors: the Kafka topic, partition and offset."""
         topic, number = split_partition_id(self.pid)
         call = f"offset {offset}" if offset is not None else "its timeout call"
-        return refuse(problem, key=key, where=f"Kafka topic {topic!r} partition {number} "
-                                               f"{call} (batch {self.plan.batch_id})")
+        return (f"Kafka topic {topic!r} partition {number} {call} "
+                f"(batch {self.plan.batch_id})")
 
     def _check_offsets(self, offsets: pa.Array) -> None:
         first = offsets[0].as_py()
