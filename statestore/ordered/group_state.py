@@ -17,14 +17,14 @@ from orderedstream.statestore.ordered.keyed_state import StateEntry
 from orderedstream.statestore.ordered.timeouts import Duration, parse_duration_ms
 
 NO_TIMESTAMP = -1
-_PARSED: dict[str, int] = {}  # duration string -> milliseconds, for set_timeout_duration
+_MAX_DEADLINES = 256  # duration texts remembered per handle (a function uses a few)
 
 
 class GroupState:
     """One key's state during one call of the user function. Do not keep it across calls."""
 
     __slots__ = ("_entry", "_timeout_kind", "_processing_time_ms", "_watermark_ms",
-                 "_has_timed_out", "_timeout_set")
+                 "_has_timed_out", "_timeout_set", "_deadlines")
 
     def __init__(self, timeout_kind: str, processing_time_ms: int,
                  watermark_ms: int | None) -> None:
@@ -34,6 +34,8 @@ class GroupState:
         self._watermark_ms = watermark_ms
         self._has_timed_out = False
         self._timeout_set = False
+        # duration text -> its deadline in this batch (epoch ms), for set_timeout_duration
+        self._deadlines: dict[str, int] = {}
 
     def _bind(self, entry: StateEntry, has_timed_out: bool) -> None:
         """Point this (reused) handle at ``entry`` for the next call."""
@@ -146,19 +148,27 @@ class GroupState:
         Runs on
         -------
         executor"""
+        try:
+            deadline = self._deadlines.get(duration)  # type: ignore[arg-type]
+        except TypeError:  # unhashable: not a duration, which _deadline says
+            deadline = None
+        if deadline is None:
+            deadline = self._deadline(duration)
+        entry = self._entry
+        entry.timeout_ms = deadline
+        entry.dirty = True
+        self._timeout_set = True
+
+    def _deadline(self, duration: Duration) -> int:
+        """The epoch ms ``duration`` after this batch's processing time (texts remembered)."""
         if self._timeout_kind != "processing":
             raise OptionError("set_timeout_duration() needs timeout=ProcessingTimeTimeout(); "
                               f"this processor has {self._timeout_kind!r} timeouts")
-        # Called once per record with the same few strings: parsed once each.
-        millis = _PARSED.get(duration) if duration.__class__ is str else None
-        if millis is None:
-            millis = parse_duration_ms(duration, "timeout")
-            if duration.__class__ is str and len(_PARSED) < 256:
-                _PARSED[duration] = millis
-        entry = self._entry
-        entry.timeout_ms = self._processing_time_ms + millis
-        entry.dirty = True
-        self._timeout_set = True
+        deadline = self._processing_time_ms + parse_duration_ms(duration, "timeout")
+        # Only exact str keys: an int or bool never hits a text's entry, so it is checked.
+        if duration.__class__ is str and len(self._deadlines) < _MAX_DEADLINES:
+            self._deadlines[duration] = deadline  # type: ignore[index]
+        return deadline
 
     def set_timeout_timestamp(self, timestamp: int | datetime.datetime) -> None:
         """Time the key out once the Kafka partition's watermark passes ``timestamp``.

@@ -82,6 +82,20 @@ def test_iterables_of_tuples_lists_dicts_and_namedtuples_are_rows(tmp_path: Any,
     assert (commit.records, commit.output_rows) == (3, 3)
 
 
+@pytest.mark.parametrize("func", [
+    lambda k, r, s: [{"key": k.decode(), "stauts": "ok"}],
+    lambda k, r, s: (collections.OrderedDict(key=k.decode(), stauts="ok") for _ in range(1)),
+])
+def test_a_dict_row_with_an_unknown_field_is_refused_naming_the_field(tmp_path: Any,
+                                                                      func: Any) -> None:
+    with pytest.raises(UserFunctionError) as info:
+        _run(tmp_path, func)
+    assert str(info.value).startswith(
+        "the ordered user function returned a dict row with field(s) 'stauts' that "
+        "output_schema (key string, status string) does not have, in ")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))
+
+
 def test_none_and_empty_results_write_nothing(tmp_path: Any) -> None:
     assert _run(tmp_path, lambda k, r, s: None).output_rows == 0
     assert _run(tmp_path, lambda k, r, s: ()).output_rows == 0

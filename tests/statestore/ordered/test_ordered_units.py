@@ -115,6 +115,20 @@ def test_group_state_refuses_the_wrong_timeout_kind() -> None:
     assert event.timeout_timestamp_ms == 60_000
 
 
+def test_timeout_durations_give_the_same_deadline_each_call() -> None:
+    state = GroupState(ProcessingTimeTimeout.kind, 1_000, None)
+    for duration, deadline in (("1 min", 61_000), ("1 min", 61_000), (60_000, 61_000),
+                               (datetime.timedelta(seconds=2), 3_000), ("2 s", 3_000)):
+        state.set_timeout_duration(duration)
+        assert state.timeout_timestamp_ms == deadline, duration
+    later = GroupState(ProcessingTimeTimeout.kind, 5_000, None)  # another batch's handle
+    later.set_timeout_duration("1 min")
+    assert later.timeout_timestamp_ms == 65_000
+    for bad in (True, "soon", ["1 min"], None):  # a text seen before does not admit these
+        with pytest.raises(OptionError, match="timeout"):
+            state.set_timeout_duration(bad)  # type: ignore[arg-type]
+
+
 def test_keys_round_trip_through_their_encoding() -> None:
     for key in (None, b"\x00bytes", "text", 42, ("t", 1)):
         assert decode_key(encode_key(key)) == key
