@@ -33,11 +33,10 @@ from benchmarks.cases._steady_feed import (
     KafkaEnds,
     create_topics,
     feeder_stats,
-    second_half,
-    slope_per_minute,
     start_feeder,
 )
 from benchmarks.cases._tree import TreeSampler
+from benchmarks.common import second_half, slope_per_minute
 
 ROOT = Path(__file__).resolve().parent.parent
 
