@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-seconds", type=float, default=None,
                         help="steady case: seconds of each ramp step (default: the size's, "
                              "60 at default)")
+    parser.add_argument("--ramp-start", type=float, default=None,
+                        help="steady case: records/s of the first ramp step (default: the "
+                             "size's, 2000 at default)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case:
@@ -100,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     scale = dict(SIZES[args.size])
     for option, key, factor in (("minutes", "steady_window_s", 60), ("warmup",
                                 "steady_warmup_s", 1), ("ramp_steps", "steady_ramp_steps", 1),
-                                ("step_seconds", "steady_step_s", 1)):
+                                ("step_seconds", "steady_step_s", 1),
+                                ("ramp_start", "steady_ramp_start", 1)):
         if getattr(args, option) is not None:
             scale[key] = max(1, round(getattr(args, option) * factor))
     if args.session:  # the case processes inherit it (benchmarks.cases.peer.SESSION_ENV)
