@@ -113,6 +113,18 @@ def slope_per_minute(series: Sequence[tuple[float, float]]) -> float:
     return float(np.polyfit(t - t[0], v, 1)[0] * 60.0)
 
 
+def slope_error_per_minute(series: Sequence[tuple[float, float]]) -> float:
+    """Standard error of ``slope_per_minute``'s slope (inf with fewer than four points)."""
+    if len(series) < 4:
+        return float("inf")
+    t = np.asarray([p[0] for p in series], dtype=np.float64)
+    v = np.asarray([p[1] for p in series], dtype=np.float64)
+    if np.ptp(t) == 0:
+        return float("inf")
+    _, cov = np.polyfit(t - t[0], v, 1, cov=True)
+    return float(np.sqrt(cov[0][0]) * 60.0)
+
+
 def second_half(series: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     """The points of the later half of a time series' span."""
     if not series:
