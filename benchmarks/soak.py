@@ -209,7 +209,9 @@ class Soak:
             caught = self._catch_up(kafka, commits, tree, timeout=max(300.0, seconds / 4))
         finally:
             if job.poll() is None:
-                os.killpg(job.pid, signal.SIGTERM)  # the job stops after its running batch
+                # the CLI alone: it stops after its running batch and then stops its JVM
+                # (SIGTERM to the whole group would kill the JVM under it, exit 1)
+                job.send_signal(signal.SIGTERM)
                 try:
                     job.wait(180)
                 except subprocess.TimeoutExpired:
