@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 @dataclass
@@ -87,12 +89,56 @@ def write_results(path: Path, results: list[Result]) -> None:
     path.write_text(json.dumps([r.as_dict() for r in results], indent=2))
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q`` quantile (0..1) of ``values`` by nearest rank; None when empty."""
-    if not values:
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank; None when empty.
+
+    Nearest rank is the smallest value with at least ``q`` of the values at or below it
+    (numpy's ``inverted_cdf``): always one of the values, so a p99 is a latency that happened.
+    """
+    data = np.asarray(values, dtype=np.float64)
+    if data.size == 0:
         return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+    return float(np.percentile(data, q * 100, method="inverted_cdf"))
+
+
+def slope_per_minute(series: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of ``(epoch seconds, value)`` points, in value per minute (0.0
+    with fewer than two points or no time span)."""
+    if len(series) < 2:
+        return 0.0
+    t = np.asarray([p[0] for p in series], dtype=np.float64)
+    v = np.asarray([p[1] for p in series], dtype=np.float64)
+    if np.ptp(t) == 0:
+        return 0.0
+    return float(np.polyfit(t - t[0], v, 1)[0] * 60.0)
+
+
+def slope_error_per_minute(series: Sequence[tuple[float, float]]) -> float:
+    """Standard error of ``slope_per_minute``'s slope (inf with fewer than four points)."""
+    if len(series) < 4:
+        return float("inf")
+    t = np.asarray([p[0] for p in series], dtype=np.float64)
+    v = np.asarray([p[1] for p in series], dtype=np.float64)
+    if np.ptp(t) == 0:
+        return float("inf")
+    _, cov = np.polyfit(t - t[0], v, 1, cov=True)
+    return float(np.sqrt(cov[0][0]) * 60.0)
+
+
+def second_half(series: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points of the later half of a time series' span."""
+    if not series:
+        return []
+    mid = (series[0][0] + series[-1][0]) / 2
+    return [p for p in series if p[0] >= mid]
+
+
+def last_seconds(series: Sequence[tuple[float, float]], seconds: float
+                 ) -> list[tuple[float, float]]:
+    """The points of a time series' last ``seconds`` (all of it when it is shorter)."""
+    if not series:
+        return []
+    return [p for p in series if p[0] >= series[-1][0] - seconds]
 
 
 def batch_durations_ms(progress: list[dict[str, Any]]) -> list[float]:

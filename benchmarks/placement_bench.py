@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import fcntl
 import json
-import math
 import os
 import random
 import shutil
@@ -113,21 +112,17 @@ class ModeFigures:
         self.batch_ids.append(result.batch_id)
 
     def summary(self) -> dict[str, Any]:
+        from benchmarks.common import percentile
+
         n = len(self.seconds)
         return {"mode": self.mode, "batches": n,
                 "median_s": statistics.median(self.seconds),
-                "p95_s": percentile(self.seconds, 95),
+                "p95_s": percentile(self.seconds, 0.95),
                 "mean_s": statistics.mean(self.seconds),
                 "restores": sum(self.restores), "restores_per_batch": sum(self.restores) / n,
                 "mb_downloaded": sum(self.downloaded) / 2**20,
                 "mb_downloaded_per_batch": sum(self.downloaded) / 2**20 / n,
                 "load_s": self.load_seconds, "load_batches": self.load_batches}
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile (p95 of 12 values is the 12th smallest)."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
 class RssSampler:

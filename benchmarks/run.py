@@ -26,8 +26,8 @@ SIZES: dict[str, dict[str, int]] = {
     "tiny": {"records": 20_000, "partitions": 4, "keys": 20_000, "rows": 20_000,
              "e2e_records": 3_000, "e2e_batches": 3, "yahoo_events": 20_000,
              "yahoo_batches": 3, "scale_records": 4_000, "scale_points": 2,
-             "steady_window_s": 20, "steady_warmup_s": 5, "steady_step_s": 12,
-             "steady_ramp_steps": 2, "steady_ramp_start": 300, "steady_intervals": 1,
+             "steady_window_s": 30, "steady_warmup_s": 10, "steady_step_s": 15,
+             "steady_ramp_steps": 3, "steady_ramp_start": 1000, "steady_intervals": 1,
              "steady_scale_records": 2_000},
     "default": {"records": 2_000_000, "partitions": 8, "keys": 1_000_000, "rows": 2_000_000,
                 "e2e_records": 100_000, "e2e_batches": 8, "ordered_records": 1_000_000,
@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-seconds", type=float, default=None,
                         help="steady case: seconds of each ramp step (default: the size's, "
                              "60 at default)")
+    parser.add_argument("--ramp-start", type=float, default=None,
+                        help="steady case: records/s of the first ramp step (default: the "
+                             "size's, 2000 at default)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case:
@@ -100,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     scale = dict(SIZES[args.size])
     for option, key, factor in (("minutes", "steady_window_s", 60), ("warmup",
                                 "steady_warmup_s", 1), ("ramp_steps", "steady_ramp_steps", 1),
-                                ("step_seconds", "steady_step_s", 1)):
+                                ("step_seconds", "steady_step_s", 1),
+                                ("ramp_start", "steady_ramp_start", 1)):
         if getattr(args, option) is not None:
             scale[key] = max(1, round(getattr(args, option) * factor))
     if args.session:  # the case processes inherit it (benchmarks.cases.peer.SESSION_ENV)

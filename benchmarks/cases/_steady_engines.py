@@ -215,7 +215,7 @@ def pack_main() -> None:
                 query, processor = start_job(spark, opts)
                 reply({"started": time.time()})
             elif cmd["op"] == "stop" and query is not None and processor is not None:
-                query.stop()
+                _stop_between_batches(query)
                 finish_cleanup(processor, print)
                 batches = len(query.recentProgress)
                 reply({"records": int(processor.records_total), "progress_kept": batches})
@@ -228,6 +228,15 @@ def pack_main() -> None:
         except Exception as exc:  # noqa: BLE001 - told to the case process
             reply({"error": f"{type(exc).__name__}: {exc}"})
     spark.stop()
+
+
+def _stop_between_batches(query: Any, timeout: float = 120.0) -> None:
+    """Stop ``query`` while no trigger runs, as the CLI's SIGTERM does: a stop during a batch
+    interrupts its Spark job, which fails noisily in the JVM."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (query.status or {}).get("isTriggerActive"):
+        time.sleep(0.05)
+    query.stop()
 
 
 class QuixEngine:

@@ -210,26 +210,6 @@ def latencies(commits: list[Commit],
     return (np.concatenate(found) if found else np.zeros(0)), missing
 
 
-def slope_per_minute(series: list[tuple[float, float]]) -> float:
-    """Least-squares slope of ``(epoch seconds, value)`` points, in value per minute (0.0
-    with fewer than two points)."""
-    if len(series) < 2:
-        return 0.0
-    t = np.asarray([p[0] for p in series], dtype=np.float64)
-    v = np.asarray([p[1] for p in series], dtype=np.float64)
-    if np.ptp(t) == 0:
-        return 0.0
-    return float(np.polyfit(t - t[0], v, 1)[0] * 60.0)
-
-
-def second_half(series: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The points of the later half of a time series' span."""
-    if not series:
-        return []
-    mid = (series[0][0] + series[-1][0]) / 2
-    return [p for p in series if p[0] >= mid]
-
-
 if __name__ == "__main__":
     args = json.loads(sys.argv[1])
     print(json.dumps(feed(args["bootstrap"], args["prefix"], args["rate"], args["seconds"],
