@@ -87,16 +87,19 @@ class DeltaCommitter:
         self._table: Any = None
         self._prepared_at: int | None = None  # the batch whose prepare read the table last
 
-    def new_log(self, *, private: bool = False) -> DeltaBatchLog:
+    def new_log(self, *, private: bool = False, cache_entries: int | None = None
+                ) -> DeltaBatchLog:
         """A batch log of this table and writer with caches of its own (``log``: the committer's).
 
         Parameters
         ----------
         private
-            Give it a filesystem of its own too (``storage.private_options``)."""
+            Give it a filesystem of its own too (``storage.private_options``).
+        cache_entries
+            How many versions its cache keeps (None: ``DeltaBatchLog.CACHE_ENTRIES``)."""
         options = self.options.storage_options
         return DeltaBatchLog(self.url, private_options(options) if private else options,
-                             writer_id=self.app_id)
+                             writer_id=self.app_id, cache_entries=cache_entries)
 
     def table(self) -> Any:
         """The delta-rs ``DeltaTable`` at its latest version, or None before the first commit."""

@@ -1,8 +1,9 @@
 """Read a Delta table's log as the pack's batch log: ``DeltaBatchLog`` and ``open_batch_log``.
 
-``DeltaBatchLog`` is ``CommitLog``'s read API over ``<table>/_delta_log`` (one cached GET per
-version): each version is a ``CommitRecord``, with the batch id, writer id, token, schema and
-``extra`` of a pack commit's ``commitInfo["orderedstream"]``. All of it runs on the driver.
+``DeltaBatchLog`` is ``CommitLog``'s read API over ``<table>/_delta_log`` (one GET per
+version, the most recently used versions cached): each version is a ``CommitRecord``, with
+the batch id, writer id, token, schema and ``extra`` of a pack commit's
+``commitInfo["orderedstream"]``. All of it runs on the driver.
 """
 
 from __future__ import annotations
@@ -104,14 +105,16 @@ class DeltaBatchLog:
 
     ``writer_id``: when set, only this application id's commits count as batch records (a
     table written by several streams numbers each stream's batches independently). ``upto``: a
-    newest version the caller has just looked up (None: ``latest_version()``). Any method
-    that reads a log entry that is not valid Delta JSON raises ``CorruptLogError``.
+    newest version the caller has just looked up (None: ``latest_version()``).
+    ``cache_entries``: how many parsed versions to keep, the most recently used (a driver that
+    runs for days reads mostly the newest ones; a version holds every file's statistics).
+    Any method that reads a log entry that is not valid Delta JSON raises ``CorruptLogError``.
     """
 
-    CACHE_ENTRIES = 4096
+    CACHE_ENTRIES = 128
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *,
-                 writer_id: str | None = None) -> None:
+                 writer_id: str | None = None, cache_entries: int | None = None) -> None:
         self.url = url.rstrip("/")
         self.storage_options = dict(storage_options or {})
         self.writer_id = writer_id
@@ -119,6 +122,7 @@ class DeltaBatchLog:
         self.root = root.rstrip("/")
         self.log_dir = f"{self.root}/{DELTA_LOG}"
         self._cache: dict[int, DeltaEntry] = {}
+        self._cache_entries = max(1, cache_entries or self.CACHE_ENTRIES)
         self._hint: int | None = None
 
     def _path(self, version: int) -> str:
@@ -147,8 +151,9 @@ class DeltaBatchLog:
         Returns
         -------
         DeltaEntry or None"""
-        cached = self._cache.get(version)
+        cached = self._cache.pop(version, None)
         if cached is not None:
+            self._cache[version] = cached  # the most recently used last
             return cached
         # s3fs may answer from a cached listing: drop it, or a new version looks missing
         self.fs.invalidate_cache(self.log_dir)
@@ -158,7 +163,7 @@ class DeltaBatchLog:
             return None
         found = self._mine(parse_version(data, version, self._path(version)))
         self._cache[version] = found
-        while len(self._cache) > self.CACHE_ENTRIES:
+        while len(self._cache) > self._cache_entries:
             del self._cache[next(iter(self._cache))]
         return found
 

@@ -55,6 +55,7 @@ from orderedstream.statestore.ordered.retention import (
     OrderedRetention,
     RetentionPolicy,
     RetentionResult,
+    retention_window,
 )
 from orderedstream.statestore.ordered.runner import COMMIT_SCHEMA, OrderedTask, UserFunction
 from orderedstream.statestore.ordered.state_access import read_state
@@ -156,12 +157,14 @@ class OrderedStateful:
             self._log = self._delta.log if self._delta is not None else self._new_log()
         return self._log
 
-    def _new_log(self, *, private: bool = False) -> Any:
-        """A batch log object of the output with caches (``private``: a filesystem) of its own."""
+    def _new_log(self, *, private: bool = False, cache: int | None = None) -> Any:
+        """A batch log object of the output with caches (``private``: a filesystem) of its own,
+        its cache ``cache`` versions (None: the log's default)."""
         if self._delta is not None:
-            return self._delta.new_log(private=private)
+            return self._delta.new_log(private=private, cache_entries=cache)
         options = self.options.storage_options
-        return CommitLog(self.options.output, private_options(options) if private else options)
+        return CommitLog(self.options.output, private_options(options) if private else options,
+                         cache_records=cache)
 
     def table(self) -> Any:
         """The committed output: ``FencedTable`` (pyarrow dataset, ``to_arrow()``, Spark
@@ -255,8 +258,11 @@ class OrderedStateful:
         return self._cleanups.result(timeout)
 
     def _new_retention(self) -> OrderedRetention:
-        """Retention with a log and filesystems of its own (its thread shares no cache)."""
-        return OrderedRetention(self._new_log(private=True), self.options.state_location,
+        """Retention with a log and filesystems of its own (its thread shares no cache), whose
+        cache holds the versions a cleanup reads (``retained_batch_records``)."""
+        cache = retention_window(self.retention.keep_batches) + 16
+        return OrderedRetention(self._new_log(private=True, cache=max(cache, 128)),
+                                self.options.state_location,
                                 private_options(self.options.storage_options))
 
     def _cleanup_if_due(self, batch_id: int) -> RetentionResult | None:

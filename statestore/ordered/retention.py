@@ -140,13 +140,31 @@ def retained_batch_records(log: CommitLog, keep_batches: int) -> list[CommitReco
     if latest is None:
         return []
     found: list[CommitRecord] = []
-    end, window = latest, keep_batches
+    end = latest
     while end >= 0 and len(found) < keep_batches:
-        start = max(0, end - window + 1)
+        # what is still missing, with room for the maintenance versions between batches: a
+        # cleanup reads about keep_batches versions, which the log's cache then holds
+        start = max(0, end - retention_window(keep_batches - len(found)) + 1)
         chunk = [r for r in log.records(start, end) if r.batch_id is not None]
         found = chunk + found
-        end, window = start - 1, window * 2
+        end = start - 1
     return found[-keep_batches:]
+
+
+def retention_window(batches: int) -> int:
+    """How many log versions a cleanup reads back at a time to find ``batches`` batch records:
+    a few more than ``batches``, for the compactions and other writers' versions among them.
+
+    Parameters
+    ----------
+    batches
+        The batch records still wanted.
+
+    Returns
+    -------
+    int
+        Versions to read, at least 16."""
+    return max(16, batches + batches // 8 + 8)
 
 
 class OrderedRetention:

@@ -98,21 +98,25 @@ def test_concurrent_epoch_claims_are_all_distinct(target) -> None:
 
 
 def test_record_cache_stays_bounded_and_records_reads_every_window(target) -> None:
-    """A long-running driver keeps only the newest CACHE_RECORDS records; ``records`` still
-    returns every version in order, fetching them window by window."""
+    """A long-running driver keeps only the most recently used ``cache_records`` records;
+    ``records`` still returns every version in order, fetching them window by window."""
     url, opts = target("log")
-    log = CommitLog(url, opts)
-    log.CACHE_RECORDS, log._FETCH_WINDOW = 5, 4  # noqa: SLF001 - small to cross both limits
+    log = CommitLog(url, opts, cache_records=5)
+    log._FETCH_WINDOW = 4  # noqa: SLF001 - small to cross both limits
     epoch = log.claim_epoch("q")
     for batch in range(12):
         log.commit(batch, epoch, [DataFile(f"f{batch}.parquet", 10, batch, {})])
     assert len(log._cache) == 5 and set(log._cache) == set(range(7, 12))  # noqa: SLF001
-    reader = CommitLog(url, opts)
-    reader.CACHE_RECORDS, reader._FETCH_WINDOW = 3, 4  # noqa: SLF001
+    reader = CommitLog(url, opts, cache_records=3)
+    reader._FETCH_WINDOW = 4  # noqa: SLF001
     assert [r.batch_id for r in reader.records()] == list(range(12))
     assert [r.rows for r in reader.records(2, 9)] == list(range(2, 10))
     assert len(reader._cache) <= 3  # noqa: SLF001
     assert reader.get(0).files == (DataFile("f0.parquet", 10, 0, {}),)
+    reader.read_version(11)
+    reader.read_version(0)  # used last: kept
+    reader.read_version(5)
+    assert set(reader._cache) == {11, 0, 5}  # noqa: SLF001 - least recently used dropped
 
 
 def test_a_run_refused_for_its_schema_does_not_fence_the_running_writer(target) -> None:

@@ -154,6 +154,24 @@ def test_racing_committers_exactly_one_wins(s3_table, trial: int) -> None:
     assert [r.batch_id for r in log.records()] == list(range(batch_id + 1))
 
 
+def test_the_log_cache_keeps_the_most_recently_used_versions(target) -> None:
+    """A driver that commits for days keeps ``cache_entries`` parsed versions, the most
+    recently used, and still reads every version in order."""
+    url, opts = target("delta-cache")
+    committer = DeltaCommitter(options(url, opts), app_id="sessions")
+    for batch in range(8):
+        commit(committer, batch, batch * 10, 10, {"t/0": [batch * 10, batch * 10 + 10]})
+    log = DeltaBatchLog(url, opts, writer_id="sessions", cache_entries=3)
+    assert [r.batch_id for r in log.records()] == list(range(8))
+    assert len(log._cache) == 3  # noqa: SLF001 - the bound under test
+    log.read_version(0)
+    log.read_version(7)  # a hit: used last
+    log.read_version(3)
+    assert list(log._cache) == [0, 7, 3]  # noqa: SLF001 - 5 and 6 dropped, oldest use first
+    assert log.get(7).rows == 10 and log.get(0).rows == 10  # type: ignore[union-attr]
+    assert len(log._cache) == 3  # noqa: SLF001
+
+
 def test_new_versions_are_seen_despite_cached_listings(s3_table) -> None:
     """fsspec shares one s3fs instance per process and s3fs answers cat_file from a cached
     listing of the folder: the batch log must still see versions committed after it."""

@@ -41,23 +41,26 @@ class CommitLog:
     """Exclusive, fenced commit records under ``<url>/_fenced`` on any fsspec filesystem.
 
     It holds a filesystem client: ship ``url`` and ``storage_options`` to executors, not it.
-    Records are cached once read (they never change), the newest ``CACHE_RECORDS`` of them.
+    Records are cached once read (they never change): the ``cache_records`` most recently used
+    (default ``CACHE_RECORDS``).
 
     Runs on
     -------
     driver (every method)
     """
 
-    CACHE_RECORDS = 4096
+    CACHE_RECORDS = 128
     _FETCH_WINDOW = 1000
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *,
+                 cache_records: int | None = None) -> None:
         self.url = url.rstrip("/")
         self.storage_options = dict(storage_options or {})
         self.fs, self.root = storage.url_to_fs(self.url, self.storage_options)
         self.root = self.root.rstrip("/")
         self.meta = f"{self.root}/{META_DIR}"
         self._cache: dict[int, CommitRecord] = {}
+        self._cache_records = max(1, cache_records or self.CACHE_RECORDS)
         self._latest_version_hint: int | None = None
 
     # ---- paths -------------------------------------------------------------------------
@@ -166,8 +169,9 @@ class CommitLog:
         CorruptLogError
             The record cannot be parsed or holds another version.
         """
-        cached = self._cache.get(version)
+        cached = self._cache.pop(version, None)
         if cached is not None:
+            self._cache[version] = cached  # the most recently used last
             return cached
         path = self._record_path(version)
         found = self._read_complete(path)
@@ -180,11 +184,11 @@ class CommitLog:
         return record
 
     def _remember(self, record: CommitRecord) -> None:
-        """Cache ``record``, dropping the oldest cached ones beyond ``CACHE_RECORDS``."""
+        """Cache ``record``, dropping the least recently used beyond ``cache_records``."""
         cache = self._cache
         cache.pop(record.version, None)
         cache[record.version] = record
-        while len(cache) > self.CACHE_RECORDS:
+        while len(cache) > self._cache_records:
             del cache[next(iter(cache))]
 
     def latest_version(self) -> int | None:

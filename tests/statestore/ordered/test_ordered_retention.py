@@ -290,3 +290,28 @@ def test_a_retained_manifest_removed_by_hand_stops_cleanup_naming_it(s3, s3_url)
         failing.run(keep_batches=1)
     assert "does not exist" not in str(failed.value)
     assert fs.exists(kept)
+
+
+def test_a_cleanup_reads_about_keep_batches_versions_of_the_log(tmp_path) -> None:
+    """``retained_batch_records`` finds the newest batch records among maintenance versions
+    and reads only about as many versions as it keeps, which the log's cache then holds (a
+    cleanup every few batches reads each version once)."""
+    from orderedstream.core.datafile import DataFile
+    from orderedstream.statestore.ordered.retention import (
+        retained_batch_records,
+        retention_window,
+    )
+
+    url = str(tmp_path / "table")
+    log = CommitLog(url)
+    epoch = log.claim_epoch("q")
+    for batch in range(40):
+        log.commit(batch, epoch, [DataFile(f"f{batch}.parquet", 10, 1, {})])
+        if batch % 10 == 9:  # a compaction every 10 batches: a version without a batch id
+            log.commit_change(log.latest_version(), [], [])
+    fresh = CommitLog(url, cache_records=1000)
+    assert [r.batch_id for r in retained_batch_records(fresh, 5)] == list(range(35, 40))
+    assert len(fresh._cache) <= retention_window(5)  # noqa: SLF001 - versions read
+    assert [r.batch_id for r in retained_batch_records(fresh, 38)] == list(range(2, 40))
+    assert [r.batch_id for r in retained_batch_records(fresh, 100)] == list(range(40))
+    assert retained_batch_records(CommitLog(str(tmp_path / "empty")), 5) == []
