@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,6 +112,28 @@ def verify(bootstrap: str, pattern: str, url: str, storage_options: dict[str, An
     return out
 
 
+def jvm_memory(pid: int) -> dict[str, float]:
+    """MiB of a JVM's heap (committed and used, from ``jcmd GC.heap_info``) and, when the JVM
+    runs with ``-XX:NativeMemoryTracking=summary``, its committed memory by NMT category; an
+    empty dict when ``jcmd`` is missing or the JVM does not answer."""
+    out: dict[str, float] = {}
+    for command in ("GC.heap_info", "VM.native_memory"):
+        try:
+            said = subprocess.run(["jcmd", str(pid), command, *(["summary"] if "native" in
+                                                               command else [])],
+                                  capture_output=True, text=True, timeout=30, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return out
+        heap = re.search(r"heap\s+total (\d+)K, used (\d+)K", said)
+        if heap:
+            out["heap committed"] = round(int(heap[1]) / 1024, 1)
+            out["heap used"] = round(int(heap[2]) / 1024, 1)
+        for name, committed in re.findall(r"-\s+([A-Za-z ]+?) \(reserved=\d+KB, "
+                                          r"committed=(\d+)KB", said):
+            out[f"nmt {name.strip()}"] = round(int(committed) / 1024, 1)
+    return out
+
+
 def bounded(name: str, series: list[tuple[float, float]], limit_per_min: float) -> dict:
     """The slope test of one series over its second half: growing when the least-squares
     slope (per minute) is above ``limit_per_min`` by more than twice its standard error, so
@@ -136,6 +159,8 @@ class Soak:
         self.samples: dict[str, list[tuple[float, float]]] = {"lag": [], "rss_mib": [],
                                                               "log_read_s": []}
         self.upkeep: list[dict[str, Any]] = []
+        self.by_kind: dict[str, list[tuple[float, float]]] = {}
+        """RSS MiB by kind of process (the JVM, the driver's Python, pyspark's workers)."""
 
     def _env(self) -> dict[str, str]:
         from orderedstream.dev.services.s3 import ACCESS_KEY, SECRET_KEY
@@ -198,6 +223,7 @@ class Soak:
                 if now >= next_print:
                     next_print += 60
                     self._print(now - began)
+                    self._log_processes(tree)
                 if now >= next_compact:
                     next_compact += args.compact_every * 60
                     self.table("compact")
@@ -227,13 +253,16 @@ class Soak:
         tests = [bounded("lag", judged["lag"], args.rate * 10 / max(1.0, seconds / 120)),
                  bounded("rss_mib", judged["rss_mib"], args.max_rss_slope),
                  bounded("log_read_s", judged["log_read_s"], args.max_read_slope)]
+        kinds = [bounded(f"rss_mib {kind}", [p for p in series if p[0] >= warm],
+                         args.max_rss_slope) for kind, series in sorted(self.by_kind.items())]
         ok = caught and all(v["ok"] for v in verdicts.values()) and all(
             t["bounded"] for t in tests)
         return {"ok": ok, "minutes": args.minutes, "rate": args.rate, "fed": fed,
                 "caught_up": caught, "job_exit": job.returncode, "verification": verdicts,
                 "warm_after_s": round(warm - began, 1),
-                "slopes": tests, "upkeep": self.upkeep, "peak_rss_mib": tree.peak_mb,
-                "samples": self.samples}
+                "slopes": tests, "rss_slopes_by_kind": kinds, "upkeep": self.upkeep,
+                "peak_rss_mib": tree.peak_mb, "samples": self.samples,
+                "rss_by_kind": self.by_kind}
 
     def _warm_from(self, began: float) -> float:
         """When the warm-up ends: the first sample, ``--warmup-minutes`` in or later, with
@@ -252,6 +281,11 @@ class Soak:
         self.samples["lag"].append((now, lag))
         if tree.rss_series:
             self.samples["rss_mib"].append((now, tree.rss_series[-1][1]))
+            kinds: dict[str, float] = {}
+            for proc in tree.last_processes:
+                kinds[proc["kind"]] = kinds.get(proc["kind"], 0.0) + proc["rss_mib"]
+            for kind, mib in kinds.items():
+                self.by_kind.setdefault(kind, []).append((now, mib))
         if done:
             self.samples["log_read_s"].append((now, log_read_seconds(self.output,
                                                                      self.storage)))
@@ -266,11 +300,24 @@ class Soak:
             time.sleep(self.args.sample_seconds)
         return False
 
+    def _log_processes(self, tree: TreeSampler) -> None:
+        """Append the job's processes (and each JVM's heap and native memory) to
+        ``processes.jsonl`` in the work folder: which process grows, when RSS grows."""
+        processes = [dict(p) for p in tree.last_processes]
+        for proc in processes:
+            if proc["kind"] == "jvm":
+                proc["memory"] = jvm_memory(proc["pid"])
+        with open(self.workdir / "processes.jsonl", "a") as out:
+            out.write(json.dumps({"at": time.time(), "processes": processes}) + "\n")
+
     def _print(self, elapsed: float) -> None:
         last = {k: (v[-1][1] if v else float("nan")) for k, v in self.samples.items()}
         print(f"[soak] {elapsed / 60:5.1f} min: lag {last['lag']:,.0f} records, RSS "
               f"{last['rss_mib']:,.0f} MiB, Delta log read {last['log_read_s'] * 1000:,.0f} ms",
               flush=True)
+        split = ", ".join(f"{kind} {series[-1][1]:,.0f}" for kind, series
+                          in sorted(self.by_kind.items()) if series)
+        print(f"[soak]        RSS MiB by process: {split}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
               f"checked, lost {verdict['lost']}, duplicated {verdict['duplicated']}, out of "
               f"order {verdict['out_of_order']}, wrong final tables "
               f"{verdict['wrong_final_tables']}: {'ok' if verdict['ok'] else 'FAILED'}")
+    for test in report["rss_slopes_by_kind"]:
+        print(f"[soak] RSS of {test['series'].removeprefix('rss_mib ')} over the second "
+              f"half: {test['slope_per_min']:g} +- {test['stderr_per_min']} MiB/min")
     for test in report["slopes"]:
         print(f"[soak] {test['series']} slope over the second half {test['slope_per_min']:g}"
               f" +- {test['stderr_per_min']}/min (bound {test['limit_per_min']:g}): "

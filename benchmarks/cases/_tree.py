@@ -36,6 +36,8 @@ class TreeSampler:
         """Each JVM thread's (name, CPU seconds) last seen, keyed by (JVM pid, thread id)."""
         self.rss_series: list[tuple[float, float]] = []
         """(epoch seconds, summed RSS MiB) of every sample."""
+        self.last_processes: list[dict[str, Any]] = []
+        """The last sample's processes: pid, kind, age in seconds and RSS MiB of each."""
         self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
@@ -84,6 +86,7 @@ class TreeSampler:
         rss = pss = 0
         parts: dict[str, float] = {}
         seen: dict[int, int] = {}
+        listed: list[dict[str, Any]] = []
         for proc in procs:
             try:
                 with proc.oneshot():
@@ -106,7 +109,10 @@ class TreeSampler:
             if kind != "python" or key not in self.cpu_kind:  # an exiting process shows no argv
                 self.cpu_kind[key] = kind
             parts[kind] = parts.get(kind, 0.0) + mine / 2**20
+            listed.append({"pid": proc.pid, "kind": kind, "rss_mib": round(mine / 2**20, 1),
+                           "age_s": round(time.time() - key[1], 1)})
             parts[f"{kind} processes"] = parts.get(f"{kind} processes", 0) + 1
+        self.last_processes = listed
         self.peak_pss_mb = max(self.peak_pss_mb, pss / 2**20)
         self.rss_series.append((time.time(), rss / 2**20))
         if rss / 2**20 > self.peak_mb:
