@@ -35,8 +35,9 @@ class Result:
 
     @property
     def ratio(self) -> float | None:
-        """ours / baseline for throughput-like metrics, baseline / ours for costs (>1 = we win)."""
-        if not self.baseline or not self.ours:
+        """ours / baseline for throughput-like metrics, baseline / ours for costs (>1 = we win);
+        None when either is zero or negative (a slope: a ratio of signed figures means nothing)."""
+        if not self.baseline or not self.ours or self.baseline < 0 or self.ours < 0:
             return None
         return self.ours / self.baseline if self.higher_is_better else self.baseline / self.ours
 

@@ -59,7 +59,7 @@ class ChaosReport:
                  f"- faults survived: {self.total_faults} "
                  + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())),
                  f"- job restarts from checkpoint: {self.job_restarts}",
-                 f"- S3 requests faulted by the proxy: {self.s3_requests_faulted}",
+                 f"- S3 requests faulted by the proxy: {self.s3_requests_faulted or 'none'}",
                  f"- batches committed: {self.batches_committed}",
                  f"- records generated: {self.records_generated}; changes checked: "
                  f"{self.records_checked}",
