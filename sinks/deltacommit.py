@@ -87,8 +87,7 @@ class DeltaCommitter:
         self._table: Any = None
         self._prepared_at: int | None = None  # the batch whose prepare read the table last
 
-    def new_log(self, *, private: bool = False, cache_entries: int | None = None
-                ) -> DeltaBatchLog:
+    def new_log(self, *, private: bool = False, cache_entries: int | None = None) -> DeltaBatchLog:
         """A batch log of this table and writer with caches of its own (``log``: the committer's).
 
         Parameters

@@ -1,9 +1,8 @@
 """Read a Delta table's log as the pack's batch log: ``DeltaBatchLog`` and ``open_batch_log``.
 
 ``DeltaBatchLog`` is ``CommitLog``'s read API over ``<table>/_delta_log`` (one GET per
-version, the most recently used versions cached): each version is a ``CommitRecord``, with
-the batch id, writer id, token, schema and ``extra`` of a pack commit's
-``commitInfo["orderedstream"]``. All of it runs on the driver.
+version, the most recently used cached): each version is a ``CommitRecord`` (batch id, writer
+id, token, schema, ``extra`` of ``commitInfo["orderedstream"]``). It runs on the driver.
 """
 
 from __future__ import annotations
@@ -105,18 +104,15 @@ class DeltaBatchLog:
 
     ``writer_id``: when set, only this application id's commits count as batch records (a
     table written by several streams numbers each stream's batches independently). ``upto``: a
-    newest version the caller has just looked up (None: ``latest_version()``).
-    ``cache_entries``: how many parsed versions to keep, the most recently used (a driver that
-    runs for days reads mostly the newest ones; a version holds every file's statistics).
-    Any method that reads a log entry that is not valid Delta JSON raises ``CorruptLogError``.
-    """
+    newest version the caller has just looked up (None: ``latest_version()``). ``cache_entries``:
+    parsed versions kept, the most recently used (decision 0027). Any method that reads a log
+    entry that is not valid Delta JSON raises ``CorruptLogError``."""
 
     CACHE_ENTRIES = 128
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *,
                  writer_id: str | None = None, cache_entries: int | None = None) -> None:
-        self.url = url.rstrip("/")
-        self.storage_options = dict(storage_options or {})
+        self.url, self.storage_options = url.rstrip("/"), dict(storage_options or {})
         self.writer_id = writer_id
         self.fs, root = lazys3.url_to_fs(self.url, self.storage_options)  # s3fs when needed
         self.root = root.rstrip("/")
@@ -151,8 +147,7 @@ class DeltaBatchLog:
         Returns
         -------
         DeltaEntry or None"""
-        cached = self._cache.pop(version, None)
-        if cached is not None:
+        if (cached := self._cache.pop(version, None)) is not None:
             self._cache[version] = cached  # the most recently used last
             return cached
         # s3fs may answer from a cached listing: drop it, or a new version looks missing

@@ -169,8 +169,7 @@ class CommitLog:
         CorruptLogError
             The record cannot be parsed or holds another version.
         """
-        cached = self._cache.pop(version, None)
-        if cached is not None:
+        if (cached := self._cache.pop(version, None)) is not None:
             self._cache[version] = cached  # the most recently used last
             return cached
         path = self._record_path(version)
